@@ -1,0 +1,78 @@
+"""Text normalization before g2p.
+
+The output holds only what OpenJTalk can read plus seven punctuation marks
+(! ? … , . ' -): kana, kanji, Latin and Greek letters. For ordinary Japanese
+it is identical to Style-Bert-VITS2's normalizer (models were trained on that
+text); numbers, units and acronyms go through our own readings first.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+import pyopenjtalk
+
+from .phonemes import PUNCTUATIONS
+from .readings import expand_readings
+
+# Marks folded onto the seven punctuation symbols the model knows.
+_PUNCT_MAP: dict[str, str] = {
+    "：": ",", "；": ",", "，": ",", "、": ",", "·": ",", "・": ",",
+    "。": ".", "．": ".", "\n": ".", "$": ".",
+    "！": "!", "？": "?",
+    "…": "...", "···": "...", "・・・": "...",
+}
+_PUNCT_MAP.update(dict.fromkeys("“”\"‘’（）()《》【】[]「」", "'"))
+# Dashes and minus signs (after NFKC) all become an ASCII hyphen.
+_PUNCT_MAP.update(dict.fromkeys(
+    "\u02d7\u2010\u2012\u2013\u2014\u2015\u2043\u2212\u23af\u23e4\u2500\u2501\u2e3a\u2e3b", "-"))
+
+_PUNCT_RE = re.compile("|".join(re.escape(k) for k in sorted(_PUNCT_MAP, key=len, reverse=True)))
+
+# Everything outside these ranges is dropped: kana, kanji (々 and 〇 too),
+# half- and full-width Latin, Greek, and the punctuation symbols.
+_UNREADABLE_RE = re.compile(
+    "[^\u3040-\u309f\u30a0-\u30ff\u4e00-\u9fff\u3400-\u4dbf\u3005\u3007"
+    "A-Za-z\uff21-\uff3a\uff41-\uff5a\u0370-\u03ff\u1f00-\u1fff"
+    + re.escape("".join(PUNCTUATIONS)) + "]+"
+)
+
+_LATIN_WORD_RE = re.compile(r"[A-Za-z]+")
+
+
+def replace_punctuation(text: str) -> str:
+    """Fold punctuation onto the model's symbols and drop what cannot be read."""
+    text = _PUNCT_RE.sub(lambda m: _PUNCT_MAP[m.group()], text)
+    return _UNREADABLE_RE.sub("", text)
+
+
+@lru_cache(maxsize=4096)
+def _dictionary_reading(word: str) -> str | None:
+    """OpenJTalk's own katakana reading of a Latin word, if its dictionary knows it.
+
+    Unknown words come back as fillers spelled letter by letter; those are left
+    alone so OpenJTalk spells them in context.
+    """
+    features = pyopenjtalk.run_frontend(word)
+    if any(f["pos"] == "フィラー" for f in features):
+        return None
+    reading = "".join(f["pron"] for f in features if f["pron"]).replace("’", "")
+    return reading or None
+
+
+def _read_latin_words(text: str) -> str:
+    # Read word by word: left in place, the spaces between English words would
+    # be dropped later and the words run together into one spelled-out blob.
+    return _LATIN_WORD_RE.sub(lambda m: _dictionary_reading(m.group()) or m.group(), text)
+
+
+def normalize_text(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text)
+    text = expand_readings(text)
+    text = _read_latin_words(text)
+    text = text.replace("~", "ー").replace("～", "ー").replace("〜", "ー")
+    text = replace_punctuation(text)
+    # Stray combining (semi-)voiced marks: "あ゛" → "あ".
+    return text.replace("\u3099", "").replace("\u309a", "")
