@@ -1,0 +1,233 @@
+"""The speech engine: Japanese text → float32 audio with a HayaKoe-layout voice.
+
+    eng = Engine(models_dir, voice="jvnv-F1-jp")
+    audio = eng.synthesize("こんにちは。")           # whole utterance
+    for chunk in eng.stream(long_text): play(chunk)   # sentence by sentence
+
+Text is split into sentences; BERT runs once over all of them (in windows of
+at most 510 characters), then each sentence goes through the synthesizer and
+is yielded at once, followed by a pause fitting its final punctuation.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .models import ModelStore, Voice
+from .text import Analysis, TextError
+
+__all__ = ["Engine", "TextError", "split_sentences"]
+
+# BERT's position limit is 512 tokens including [CLS] and [SEP].
+MAX_BERT_CHARS = 510
+# Longer sentences are cut at commas (then anywhere): the synthesizer's
+# attention grows with the square of the sentence length.
+MAX_SENTENCE_CHARS = 160
+
+_SENTENCE_END_RE = re.compile(r"(?<=[。！？!?\n])")
+_CLAUSE_END_RE = re.compile(r"(?<=[、，,;；:：])")
+_SPEECH_RE = re.compile(r"[ぁ-ゖァ-ヺ一-鿿㐀-䶿々〆〇A-Za-z0-9０-９Ａ-Ｚａ-ｚｦ-ﾟ]")
+
+# Silence (seconds at speed 1.0) between a sentence and the next, by how it ends.
+PAUSE_AFTER = {"。": 0.35, ".": 0.35, "．": 0.35, "！": 0.3, "!": 0.3, "？": 0.4, "?": 0.4, "\n": 0.5}
+DEFAULT_PAUSE = 0.3
+SILENCE_WINDOW_S = 0.01
+SILENCE_LEVEL = 0.02  # of the sentence's peak
+
+
+def _cut(text: str, limit: int) -> list[str]:
+    """Cut an over-long sentence at clause ends, then at the limit."""
+    pieces: list[str] = []
+    for clause in _CLAUSE_END_RE.split(text):
+        if pieces and len(pieces[-1]) + len(clause) <= limit:
+            pieces[-1] += clause
+        else:
+            pieces.extend(clause[i:i + limit] for i in range(0, len(clause), limit))
+    return [p for p in pieces if p]
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of `text`, each ending with its punctuation.
+
+    Pieces with nothing to say (punctuation, white space) join the sentence
+    before them, or the one after when they come first.
+    """
+    sentences: list[str] = []
+    leading = ""
+    for piece in _SENTENCE_END_RE.split(text):
+        if not _SPEECH_RE.search(piece):
+            if sentences:
+                sentences[-1] += piece
+            else:
+                leading += piece
+            continue
+        sentences.extend(_cut(leading + piece, MAX_SENTENCE_CHARS))
+        leading = ""
+    if leading and not sentences:
+        sentences.append(leading)
+    return [s for s in sentences if s.strip()] or ([text] if text.strip() else [])
+
+
+@dataclass
+class SynthesisSettings:
+    style: str = "Neutral"
+    style_weight: float = 1.0
+    speed: float = 1.0
+    sdp_ratio: float = 0.2
+    noise: float = 0.6
+    noise_w: float = 0.8
+
+    def check(self) -> None:
+        for name, low, high in (
+            ("style_weight", 0.0, 20.0), ("speed", 0.1, 10.0), ("sdp_ratio", 0.0, 1.0),
+            ("noise", 0.0, 2.0), ("noise_w", 0.0, 2.0),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or \
+                    not math.isfinite(value) or not low <= value <= high:
+                raise ValueError(f"{name} must be a number from {low} to {high}, got {value!r}")
+
+
+class Engine:
+    def __init__(self, models_dir: str | Path, voice: str = "jvnv-F1-jp",
+                 speaker: str | int | None = None, store: ModelStore | None = None):
+        self.store = store or ModelStore(models_dir)
+        self.voice: Voice = self.store.voice(voice)
+        self.speaker = self.voice.speaker_id(speaker)
+
+    @property
+    def sample_rate(self) -> int:
+        return self.voice.sample_rate
+
+    @property
+    def styles(self) -> list[str]:
+        return list(self.voice.styles)
+
+    def voices(self) -> list[str]:
+        return self.store.voices()
+
+    def use_voice(self, name: str, speaker: str | int | None = None) -> None:
+        """Switch voice; on any error the current voice stays."""
+        voice = self.store.voice(name)
+        sid = voice.speaker_id(speaker)
+        self.voice, self.speaker = voice, sid
+
+    def analyze(self, text: str) -> Analysis:
+        return self.store.frontend.analyze(text)
+
+    def synthesize(self, text: str, **settings) -> np.ndarray:
+        """The whole utterance as one float32 array (raw synthesizer output plus pauses)."""
+        chunks = list(self.stream(text, **settings))
+        return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+
+    def stream(self, text: str, style: str = "Neutral", style_weight: float = 1.0,
+               speed: float = 1.0, sdp_ratio: float = 0.2, noise: float = 0.6,
+               noise_w: float = 0.8) -> Iterator[np.ndarray]:
+        """Float32 chunks in playing order, each as soon as it is synthesized."""
+        s = SynthesisSettings(style, style_weight, speed, sdp_ratio, noise, noise_w)
+        s.check()
+        voice, sid = self.voice, self.speaker  # a voice switch mid-stream does not tear it
+        style_vec = voice.style_vector(style, style_weight)[np.newaxis]
+        sentences = split_sentences(text)
+        if not sentences:
+            raise TextError("nothing to speak: the text is empty")
+        analyses = [self.analyze(t) for t in sentences]
+        for a in analyses:
+            if len(a.input_ids) <= 2:
+                raise TextError(f"nothing to speak in {a.text!r}")
+        length_scale = 1.0 / speed
+        features = self._bert_features(analyses)
+        last = len(sentences) - 1
+        for i, (sentence, a) in enumerate(zip(sentences, analyses)):
+            audio = self._synthesize_sentence(voice, sid, a, next(features), style_vec, s, length_scale)
+            if i < last:
+                pause = self._pause_samples(sentence, audio, voice.sample_rate, length_scale)
+                audio = np.concatenate([audio, np.zeros(pause, dtype=np.float32)])
+            yield audio
+
+    def _bert_features(self, analyses: list[Analysis]) -> Iterator[np.ndarray]:
+        """Per-sentence phone-level BERT features [1024, phones], one BERT run per window.
+
+        Sentences are packed into windows of up to MAX_BERT_CHARS characters and
+        run as one sequence; each sentence takes its characters' features and
+        the window's [CLS]/[SEP] features for its two boundary slots. A window
+        of one sentence is exactly a single-sentence BERT run.
+        """
+        i = 0
+        while i < len(analyses):
+            window = [analyses[i]]
+            size = len(analyses[i].input_ids) - 2
+            while i + len(window) < len(analyses):
+                extra = len(analyses[i + len(window)].input_ids) - 2
+                if size + extra > MAX_BERT_CHARS:
+                    break
+                window.append(analyses[i + len(window)])
+                size += extra
+            ids = [window[0].input_ids[0]]
+            for a in window:
+                ids += a.input_ids[1:-1]
+            ids.append(window[0].input_ids[-1])
+            if len(ids) > MAX_BERT_CHARS + 2:  # one sentence alone too long for BERT
+                ids = ids[:MAX_BERT_CHARS + 1] + ids[-1:]
+            hidden = self.store.bert(ids)
+            offset = 1
+            for a in window:
+                n = len(a.input_ids) - 2
+                rows = hidden[offset:offset + n]
+                if len(rows) < n:  # beyond BERT's reach in one over-long sentence
+                    rows = np.concatenate([rows, np.repeat(hidden[-2:-1], n - len(rows), axis=0)])
+                rows = np.concatenate([hidden[:1], rows, hidden[-1:]])
+                offset += n
+                yield np.repeat(rows, a.word2ph, axis=0).T.astype(np.float32, copy=False)
+            i += len(window)
+
+    @staticmethod
+    def _synthesize_sentence(voice: Voice, sid: int, a: Analysis, bert: np.ndarray,
+                             style_vec: np.ndarray, s: SynthesisSettings,
+                             length_scale: float) -> np.ndarray:
+        n = len(a.phones)
+        scalar = lambda v: np.array([v], dtype=np.float32)  # noqa: E731
+        feeds = {
+            "x": np.array([a.phones], dtype=np.int64),
+            "x_lengths": np.array([n], dtype=np.int64),
+            "sid": np.array([sid], dtype=np.int64),
+            "tone": np.array([a.tones], dtype=np.int64),
+            "language": np.array([a.language], dtype=np.int64),
+            "bert": bert[np.newaxis],
+            "style_vec": style_vec,
+            "noise_scale": scalar(s.noise),
+            "length_scale": scalar(length_scale),
+            "noise_scale_w": scalar(s.noise_w),
+            "sdp_ratio": scalar(s.sdp_ratio),
+        }
+        audio = voice.synth.run([voice.synth_outputs[0]], feeds)[0]
+        return audio.reshape(-1)
+
+    @staticmethod
+    def _pause_samples(sentence: str, audio: np.ndarray, sr: int, length_scale: float) -> int:
+        end = sentence.rstrip(" \t\u3000")[-1:] if sentence.rstrip(" \t\u3000") else ""
+        if sentence.endswith("\n"):
+            end = "\n"
+        target = PAUSE_AFTER.get(end, DEFAULT_PAUSE) * length_scale
+        return max(0, int(round((target - trailing_silence(audio, sr)) * sr)))
+
+
+def trailing_silence(audio: np.ndarray, sr: int) -> float:
+    """Seconds of near-silence already at the end of `audio`."""
+    if audio.size == 0:
+        return 0.0
+    peak = float(np.abs(audio).max())
+    if peak == 0.0:
+        return audio.size / sr
+    window = max(1, int(sr * SILENCE_WINDOW_S))
+    n_windows = audio.size // window
+    tail = np.abs(audio[audio.size - n_windows * window:]).reshape(n_windows, window).max(axis=1)
+    loud = np.nonzero(tail > peak * SILENCE_LEVEL)[0]
+    quiet_windows = n_windows - (loud[-1] + 1) if loud.size else n_windows
+    return quiet_windows * window / sr
