@@ -1,0 +1,30 @@
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE_MODELS = REPO / "tests" / "fixtures" / "models" / "tiny"
+# HayaKoe's own outputs on its reference models; present beside the repo on
+# the team's machines, absent in a fresh clone (those tests then skip).
+SHARED = Path(os.environ.get("HAYAKOE_PI_SHARED", REPO.parent / "shared"))
+REF_MODELS = SHARED / "models" / "ref-tiny"
+GOLDEN = SHARED / "golden"
+
+needs_shared = pytest.mark.skipif(not GOLDEN.is_dir(), reason="../shared (HayaKoe reference outputs) not present")
+
+
+@pytest.fixture(scope="session")
+def store():
+    from hayakoe_pi.models import ModelStore
+
+    return ModelStore(FIXTURE_MODELS)
+
+
+@pytest.fixture
+def models_copy(tmp_path):
+    """A private copy of the fixture models that a test may damage."""
+    dst = tmp_path / "models"
+    shutil.copytree(FIXTURE_MODELS, dst)
+    return dst
