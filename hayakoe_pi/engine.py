@@ -21,6 +21,7 @@ import numpy as np
 
 from .models import ModelStore, Voice
 from .text import Analysis, TextError
+from .text.phonemes import PUNCTUATIONS
 
 __all__ = ["Engine", "TextError", "split_sentences"]
 
@@ -138,9 +139,8 @@ class Engine:
         if not sentences:
             raise TextError("nothing to speak: the text is empty")
         analyses = [self.analyze(t) for t in sentences]
-        for a in analyses:
-            if len(a.input_ids) <= 2:
-                raise TextError(f"nothing to speak in {a.text!r}")
+        if not any(c not in PUNCTUATIONS for a in analyses for c in a.norm):
+            raise TextError(f"nothing to speak in {text[:80]!r}: no readable characters")
         length_scale = 1.0 / speed
         features = self._bert_features(analyses)
         last = len(sentences) - 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -245,10 +246,12 @@ def installed_voices(models_dir: Path) -> list[str]:
 class ModelStore:
     """BERT, its tokenizer and the voices of one models directory.
 
-    Voices are loaded on first use and share the one BERT session.
+    Voices are loaded on first use and share the one BERT session; only the
+    `max_voices` most recently used stay loaded, so switching voices all day
+    does not grow memory.
     """
 
-    def __init__(self, models_dir: str | Path):
+    def __init__(self, models_dir: str | Path, max_voices: int = 2):
         self.dir = Path(models_dir).expanduser()
         if not self.dir.is_dir():
             raise ModelError(f"models directory not found: {self.dir}")
@@ -260,12 +263,19 @@ class ModelStore:
         except VocabError as e:
             raise ModelError(str(e)) from None
         self.bert = Bert(self.dir)
-        self._voices: dict[str, Voice] = {}
+        self.max_voices = max(1, max_voices)
+        self._voices: dict[str, Voice] = {}  # in order of use, most recent last
+        self._lock = threading.Lock()
 
     def voices(self) -> list[str]:
         return installed_voices(self.dir)
 
     def voice(self, name: str) -> Voice:
-        if name not in self._voices:
-            self._voices[name] = load_voice(self.dir, name, self.bert.hidden_size)
-        return self._voices[name]
+        with self._lock:
+            voice = self._voices.pop(name, None)
+            if voice is None:
+                voice = load_voice(self.dir, name, self.bert.hidden_size)
+            self._voices[name] = voice
+            while len(self._voices) > self.max_voices:
+                self._voices.pop(next(iter(self._voices)))
+            return voice

@@ -1,0 +1,90 @@
+"""Phrase cache: finished audio kept on disk, least recently used evicted.
+
+The key covers everything that changes the sound: text, voice, style and its
+weight, speed, and the identity (size, mtime) of the model files, so a new
+download never serves stale audio.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+
+def files_fingerprint(paths) -> list:
+    out = []
+    for p in paths:
+        st = Path(p).stat()
+        out.append([str(p), st.st_size, st.st_mtime_ns])
+    return out
+
+
+def cache_key(text: str, voice: str, style: str, style_weight: float, speed: float,
+              model_fingerprint: list) -> str:
+    blob = json.dumps([text, voice, style, float(style_weight), float(speed), model_fingerprint],
+                      ensure_ascii=False, sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class PhraseCache:
+    SUFFIX = ".f32"
+
+    def __init__(self, directory: str | Path, max_mb: float):
+        self.dir = Path(directory)
+        self.max_bytes = int(max_mb * 1024 * 1024)
+        self._lock = threading.Lock()
+        if self.max_bytes > 0:
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_bytes > 0
+
+    def _path(self, key: str, sample_rate: int) -> Path:
+        return self.dir / f"{key}-{sample_rate}{self.SUFFIX}"
+
+    def get(self, key: str, sample_rate: int) -> np.ndarray | None:
+        if not self.enabled:
+            return None
+        path = self._path(key, sample_rate)
+        try:
+            audio = np.fromfile(path, dtype="<f4")
+            os.utime(path)  # mark as recently used
+        except (FileNotFoundError, OSError):
+            return None
+        return audio if audio.size else None
+
+    def put(self, key: str, sample_rate: int, audio: np.ndarray) -> None:
+        if not self.enabled or audio.nbytes > self.max_bytes:
+            return
+        path = self._path(key, sample_rate)
+        tmp = path.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(np.ascontiguousarray(audio, dtype="<f4").tobytes())
+        os.replace(tmp, path)  # readers never see half a file
+        self._evict()
+
+    def _evict(self) -> None:
+        with self._lock:
+            entries = []
+            for p in self.dir.glob(f"*{self.SUFFIX}"):
+                try:
+                    st = p.stat()
+                except FileNotFoundError:
+                    continue
+                entries.append((st.st_mtime_ns, st.st_size, p))
+            total = sum(size for _, size, _ in entries)
+            for _, size, p in sorted(entries):
+                if total <= self.max_bytes:
+                    break
+                p.unlink(missing_ok=True)
+                total -= size
+
+    def size_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.dir.glob(f"*{self.SUFFIX}")) if self.enabled else 0

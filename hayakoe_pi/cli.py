@@ -1,0 +1,184 @@
+"""Command line: `hayakoe-pi run|check|say|devices|frontend|synth ...`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from .models import VOCAB_PATH, ModelError
+
+DEFAULT_CONFIG = "/etc/hayakoe-pi/config.yaml"
+
+
+def _frontend(args: argparse.Namespace) -> int:
+    from .text import FrontEnd, TextError, VocabError
+
+    vocab = Path(args.models).expanduser() / VOCAB_PATH
+    try:
+        frontend = FrontEnd(vocab)
+    except VocabError as e:
+        raise ModelError(str(e)) from None
+    texts = args.text if args.text else (line.rstrip("\r\n") for line in sys.stdin)
+    status = 0
+    for text in texts:
+        try:
+            out = frontend.analyze(text).as_dict()
+        except TextError as e:
+            out, status = {"text": text, "error": str(e)}, 1
+        print(json.dumps(out, ensure_ascii=False), flush=True)
+    return status
+
+
+def _synth(args: argparse.Namespace) -> int:
+    from .audio import write_wav
+    from .engine import Engine
+
+    engine = Engine(args.models, voice=args.voice, speaker=args.speaker)
+    audio = engine.synthesize(" ".join(args.text), style=args.style, speed=args.speed,
+                              style_weight=args.style_weight)
+    write_wav(args.output, audio, engine.sample_rate)
+    print(f"wrote {args.output}: {len(audio) / engine.sample_rate:.2f} s at {engine.sample_rate} Hz",
+          file=sys.stderr)
+    return 0
+
+
+def _load_config(args: argparse.Namespace) -> dict:
+    from .config import load_config
+
+    config = load_config(args.config)
+    logging.basicConfig(level=config["log"]["level"].upper(),
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    return config
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .daemon import run
+
+    return run(_load_config(args))
+
+
+def _check(args: argparse.Namespace) -> int:
+    """The daemon's start-up checks plus broker and sound card, without starting."""
+    from .audio import AudioError, check_device
+    from .config import check_models
+    from .models import ModelStore
+    from .mqtt import probe_broker
+
+    config = _load_config(args)
+    problems = 0
+
+    def report(ok: bool, what: str, detail: str) -> None:
+        nonlocal problems
+        problems += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {what}: {detail}")
+
+    report(True, "config", str(args.config))
+    try:
+        check_models(config)
+        store = ModelStore(config["models"]["dir"])
+        voice = store.voice(config["voice"]["name"])
+        report(True, "models", f"{store.dir}, voice {voice.name} ({voice.sample_rate} Hz), "
+                               f"installed: {', '.join(store.voices())}")
+    except Exception as e:  # ConfigError, ModelError
+        report(False, "models", str(e))
+    ok, detail = probe_broker(config["mqtt"])
+    report(ok, "mqtt", detail)
+    try:
+        report(True, "audio", check_device(config["audio"]["device"]))
+    except AudioError as e:
+        report(False, "audio", str(e))
+    return 1 if problems else 0
+
+
+def _say(args: argparse.Namespace) -> int:
+    from .audio import Player
+    from .engine import Engine
+
+    config = _load_config(args)
+    models = args.models or config["models"]["dir"]
+    engine = Engine(models, voice=args.voice or config["voice"]["name"])
+    style = args.style or config["voice"]["style"]
+    speed = args.speed or config["voice"]["speed"]
+    chunks = engine.stream(" ".join(args.text), style=style, speed=speed,
+                           style_weight=config["voice"]["style_weight"])
+    Player(args.device or config["audio"]["device"]).play(chunks, engine.sample_rate,
+                                                           config["audio"]["volume"])
+    return 0
+
+
+def _devices(args: argparse.Namespace) -> int:
+    from .audio import output_devices
+
+    devices = output_devices()
+    for d in devices:
+        print(f"{d['index']:3d}  {d['name']}  ({d['max_output_channels']} ch, "
+              f"{d['default_samplerate']:.0f} Hz)")
+    if not devices:
+        print("no output devices found (is the sound card connected? is libportaudio2 installed?)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hayakoe-pi", description="Offline Japanese text to speech.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    fe = sub.add_parser("frontend", help="show how text is read: one JSON object per line")
+    fe.add_argument("--models", required=True, help="models directory (HayaKoe layout)")
+    fe.add_argument("text", nargs="*", help="texts; read lines from standard input when none")
+    fe.set_defaults(run=_frontend)
+
+    sy = sub.add_parser("synth", help="speak text into a 16-bit WAV file")
+    sy.add_argument("--models", required=True, help="models directory (HayaKoe layout)")
+    sy.add_argument("--voice", required=True, help="voice folder name, e.g. jvnv-F1-jp")
+    sy.add_argument("--speaker", default=None, help="speaker name within the voice")
+    sy.add_argument("--style", default="Neutral")
+    sy.add_argument("--style-weight", type=float, default=1.0)
+    sy.add_argument("--speed", type=float, default=1.0)
+    sy.add_argument("-o", "--output", required=True, help="WAV file to write")
+    sy.add_argument("text", nargs="+")
+    sy.set_defaults(run=_synth)
+
+    for name, func, text in (
+        ("run", _run, "run the MQTT daemon"),
+        ("check", _check, "check config, models, broker and sound card without starting"),
+    ):
+        c = sub.add_parser(name, help=text)
+        c.add_argument("--config", default=DEFAULT_CONFIG, help=f"config file (default {DEFAULT_CONFIG})")
+        c.set_defaults(run=func)
+
+    sa = sub.add_parser("say", help="speak text on the sound card now, without MQTT")
+    sa.add_argument("--config", default=None, help="config file for models, voice and audio settings")
+    sa.add_argument("--models", help="models directory (overrides the config)")
+    sa.add_argument("--voice")
+    sa.add_argument("--style")
+    sa.add_argument("--speed", type=float)
+    sa.add_argument("--device", help="output device name or index")
+    sa.add_argument("text", nargs="+")
+    sa.set_defaults(run=_say)
+
+    dv = sub.add_parser("devices", help="list audio output devices")
+    dv.set_defaults(run=_devices)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .text import TextError
+
+    from .audio import AudioError
+    from .config import ConfigError
+
+    try:
+        return args.run(args)
+    except (ConfigError, ModelError, TextError, AudioError, ValueError, OSError) as e:
+        print(f"hayakoe-pi: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""MQTT side: topic names, Home Assistant discovery, and the broker connection."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import ssl
+from collections.abc import Callable
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
+
+from . import __version__
+
+log = logging.getLogger("hayakoe_pi.mqtt")
+
+
+class Topics:
+    """All topic names, under the configured prefixes."""
+
+    def __init__(self, prefix: str, discovery_prefix: str):
+        self.prefix = prefix
+        self.discovery_prefix = discovery_prefix
+        self.say = f"{prefix}/say"
+        self.stop = f"{prefix}/stop"
+        self.prepare = f"{prefix}/prepare"
+        self.status = f"{prefix}/status"
+        self.state = f"{prefix}/state"
+        self.event = f"{prefix}/event"
+        self.ha_status = f"{discovery_prefix}/status"
+
+    def setting(self, name: str) -> str:
+        """Retained state topic of a setting (volume, voice, style)."""
+        return f"{self.prefix}/{name}"
+
+    def setting_set(self, name: str) -> str:
+        return f"{self.prefix}/{name}/set"
+
+    def subscriptions(self) -> list[str]:
+        return [self.say, self.stop, self.prepare, *(self.setting_set(s) for s in SETTINGS), self.ha_status]
+
+
+SETTINGS = ("volume", "voice", "style")
+
+
+def node_id(client_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", client_id) or "hayakoe-pi"
+
+
+def discovery_messages(topics: Topics, client_id: str, voices: list[str],
+                       styles: list[str]) -> list[tuple[str, dict]]:
+    """(topic, config) for each Home Assistant entity of the device."""
+    node = node_id(client_id)
+    device = {
+        "identifiers": [node], "name": "HayaKoe Pi", "manufacturer": "hayakoe-pi",
+        "model": "Offline Japanese TTS (Style-Bert-VITS2)", "sw_version": __version__,
+    }
+    common = {
+        "availability_topic": topics.status, "payload_available": "online",
+        "payload_not_available": "offline", "device": device,
+    }
+
+    def entity(component: str, key: str, name: str, **fields) -> tuple[str, dict]:
+        config = {"name": name, "unique_id": f"{node}_{key}", "object_id": f"{node}_{key}",
+                  **common, **fields}
+        return f"{topics.discovery_prefix}/{component}/{node}/{key}/config", config
+
+    return [
+        entity("notify", "say", "Say", command_topic=topics.say, qos=1, icon="mdi:account-voice"),
+        entity("sensor", "state", "State", state_topic=topics.state, icon="mdi:speaker"),
+        entity("number", "volume", "Volume", command_topic=topics.setting_set("volume"),
+               state_topic=topics.setting("volume"), min=0, max=100, step=1, mode="slider",
+               unit_of_measurement="%", qos=1, icon="mdi:volume-high"),
+        entity("select", "voice", "Voice", command_topic=topics.setting_set("voice"),
+               state_topic=topics.setting("voice"), options=voices, qos=1, icon="mdi:account-music"),
+        entity("select", "style", "Style", command_topic=topics.setting_set("style"),
+               state_topic=topics.setting("style"), options=styles, qos=1, icon="mdi:emoticon"),
+        entity("button", "stop", "Stop", command_topic=topics.stop, payload_press="stop", qos=1,
+               icon="mdi:stop"),
+    ]
+
+
+class BrokerLink:
+    """A persistent-session connection that reconnects by itself with backoff.
+
+    Fixed client id and clean_session off: the broker keeps our QoS 1
+    subscriptions and queues messages while we are away.
+    """
+
+    def __init__(self, mqtt_config: dict, topics: Topics,
+                 on_message: Callable[[str, bytes], None], on_connected: Callable[[], None]):
+        self.config = mqtt_config
+        self.topics = topics
+        self._on_message = on_message
+        self._on_connected = on_connected
+        self.connected = False
+        c = paho.Client(CallbackAPIVersion.VERSION2, client_id=mqtt_config["client_id"],
+                        clean_session=False, protocol=paho.MQTTv311)
+        c.will_set(topics.status, "offline", qos=1, retain=True)
+        if mqtt_config["username"] is not None:
+            c.username_pw_set(mqtt_config["username"], mqtt_config["password"])
+        tls = mqtt_config["tls"]
+        if tls["enabled"]:
+            c.tls_set(ca_certs=tls["ca_file"], cert_reqs=ssl.CERT_REQUIRED)
+            c.tls_insecure_set(bool(tls["insecure"]))
+        c.reconnect_delay_set(min_delay=1, max_delay=60)
+        c.max_queued_messages_set(1000)
+        c.on_connect = self._connected
+        c.on_disconnect = self._disconnected
+        c.on_connect_fail = self._connect_failed
+        c.on_message = self._message
+        self.client = c
+
+    @property
+    def where(self) -> str:
+        return f"{self.config['host']}:{self.config['port']}"
+
+    def start(self) -> None:
+        log.info("connecting to MQTT broker %s as %s", self.where, self.config["client_id"])
+        self.client.connect_async(self.config["host"], self.config["port"], self.config["keepalive"])
+        self.client.loop_start()
+
+    def stop(self) -> None:
+        if self.connected:
+            self.publish(self.topics.status, "offline", retain=True).wait_for_publish(2)
+        self.client.disconnect()
+        self.client.loop_stop()
+
+    def publish(self, topic: str, payload, retain: bool = False, qos: int = 1):
+        if isinstance(payload, (dict, list)):
+            payload = json.dumps(payload, ensure_ascii=False)
+        return self.client.publish(topic, payload, qos=qos, retain=retain)
+
+    # paho callbacks (network thread) -------------------------------------------------
+
+    def _connected(self, client, userdata, flags, reason_code, properties) -> None:
+        if reason_code.is_failure:
+            hint = ""
+            if reason_code.value in (4, 5, 134, 135):
+                hint = ": check mqtt.username and mqtt.password"
+            log.error("MQTT broker %s refused the connection (%s)%s; retrying", self.where,
+                      reason_code, hint)
+            return
+        self.connected = True
+        log.info("connected to MQTT broker %s (session %s)", self.where,
+                 "resumed" if flags.session_present else "new")
+        client.subscribe([(t, 1) for t in self.topics.subscriptions()])
+        self._on_connected()
+
+    def _disconnected(self, client, userdata, flags, reason_code, properties) -> None:
+        if self.connected:
+            log.warning("disconnected from MQTT broker %s (%s); reconnecting", self.where, reason_code)
+        self.connected = False
+
+    def _connect_failed(self, client, userdata) -> None:
+        log.warning("cannot reach MQTT broker %s; retrying (is it running? check mqtt.host/port)",
+                    self.where)
+
+    def _message(self, client, userdata, message) -> None:
+        try:
+            self._on_message(message.topic, message.payload)
+        except Exception:  # never let one message kill the network thread
+            log.exception("error while handling a message on %s", message.topic)
+
+
+def probe_broker(mqtt_config: dict, timeout: float = 5.0) -> tuple[bool, str]:
+    """Connect once (with the configured credentials and TLS) and report how it went."""
+    import threading
+
+    result: dict = {}
+    done = threading.Event()
+    c = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"{mqtt_config['client_id']}-check",
+                    clean_session=True)
+    if mqtt_config["username"] is not None:
+        c.username_pw_set(mqtt_config["username"], mqtt_config["password"])
+    if mqtt_config["tls"]["enabled"]:
+        c.tls_set(ca_certs=mqtt_config["tls"]["ca_file"], cert_reqs=ssl.CERT_REQUIRED)
+        c.tls_insecure_set(bool(mqtt_config["tls"]["insecure"]))
+
+    def connected(client, userdata, flags, reason_code, properties):
+        result["rc"] = reason_code
+        done.set()
+
+    c.on_connect = connected
+    where = f"{mqtt_config['host']}:{mqtt_config['port']}"
+    try:
+        c.connect(mqtt_config["host"], mqtt_config["port"], keepalive=10)
+    except (OSError, ssl.SSLError) as e:
+        return False, f"cannot reach broker {where} ({e}); check mqtt.host and mqtt.port, and that it runs"
+    c.loop_start()
+    try:
+        if not done.wait(timeout):
+            return False, f"broker {where} did not answer within {timeout:g} s"
+        rc = result["rc"]
+        if rc.is_failure:
+            return False, f"broker {where} refused the connection: {rc} (check mqtt.username/password)"
+        return True, f"broker {where} accepted the connection"
+    finally:
+        c.disconnect()
+        c.loop_stop()

@@ -1,0 +1,55 @@
+import json
+import os
+import subprocess
+import sys
+import wave
+
+import numpy as np
+
+from conftest import FIXTURE_MODELS, REPO
+
+
+def run_cli(*args, stdin=None):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "hayakoe_pi.cli", *args], input=stdin,
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_frontend_prints_one_json_object_per_text():
+    r = run_cli("frontend", "--models", str(FIXTURE_MODELS), "こんにちは、世界！", "はい。")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["text"] for row in rows] == ["こんにちは、世界！", "はい。"]
+    assert list(rows[0]) == ["text", "norm", "phones", "tones", "language", "word2ph", "input_ids"]
+    assert rows[0]["norm"] == "こんにちは,世界!"
+    assert sum(rows[0]["word2ph"]) == len(rows[0]["phones"])
+
+
+def test_frontend_reads_stdin_line_by_line():
+    r = run_cli("frontend", "--models", str(FIXTURE_MODELS), stdin="一行目。\n二行目。\n")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(line)["text"] for line in r.stdout.splitlines()] == ["一行目。", "二行目。"]
+
+
+def test_frontend_with_wrong_models_dir_says_which_file(tmp_path):
+    r = run_cli("frontend", "--models", str(tmp_path), "はい")
+    assert r.returncode == 2
+    assert "vocab.txt" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_synth_writes_16_bit_wav(tmp_path):
+    out = tmp_path / "out.wav"
+    r = run_cli("synth", "--models", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--style", "Happy",
+                "--speed", "1.2", "-o", str(out), "お風呂が沸きました。")
+    assert r.returncode == 0, r.stderr
+    with wave.open(str(out)) as w:
+        assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, 44100)
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
+    assert pcm.size > 4410 and np.abs(pcm).max() > 0
+
+
+def test_synth_with_unknown_voice_is_a_clear_error(tmp_path):
+    r = run_cli("synth", "--models", str(FIXTURE_MODELS), "--voice", "jvnv-F1-jp", "-o",
+                str(tmp_path / "x.wav"), "はい")
+    assert r.returncode == 2
+    assert "jvnv-F1-jp" in r.stderr and "installed voices" in r.stderr

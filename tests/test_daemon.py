@@ -1,0 +1,296 @@
+"""End to end: real mosquitto, the daemon as a subprocess, ALSA writing to a file."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURE_MODELS, REPO
+from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, wait_for, write_config
+
+LONG_TEXT = "冷蔵庫のドアが開いています。閉めてください。" * 4
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    work = tmp_path_factory.mktemp("appliance")
+    broker = Mosquitto(work / "broker").start()
+    sink = AlsaSink(work)
+    prefix = f"hk{broker.port}"
+    config = write_config(work / "config.yaml", broker.port, prefix, work,
+                          queue={"max_length": 3, "max_text_chars": 300})
+    probe = Probe(broker.port, prefix)
+    daemon = DaemonProcess(config, sink.home, work / "daemon.log")
+    try:
+        wait_for(lambda: probe.last("status") == b"online" or daemon.proc.poll() is not None, 90,
+                 what="the daemon to come online")
+        assert daemon.proc.poll() is None, daemon.output()
+        yield SimpleNamespace(work=work, broker=broker, sink=sink, probe=probe, daemon=daemon,
+                              prefix=prefix, config=config)
+    finally:
+        daemon.stop()
+        probe.close()
+        broker.stop()
+        sink.stop()
+
+
+def settle(app, timeout=60):
+    """Wait until the daemon has spoken everything and the sink is drained."""
+    wait_for(lambda: app.probe.last("state") == b"idle", timeout, what="idle")
+    size = -1
+    while app.sink.raw.stat().st_size != size:
+        size = app.sink.raw.stat().st_size
+        time.sleep(0.3)
+
+
+def test_speaks_a_plain_text_message(app):
+    settle(app)
+    before = app.sink.raw.stat().st_size
+    app.probe.publish("say", "お風呂が沸きました。")
+    queued = app.probe.next_event(event="queued", text="お風呂が沸きました。")
+    app.probe.next_event(event="started", id=queued["id"])
+    app.probe.next_event(event="finished", id=queued["id"])
+    settle(app)
+    pcm = np.frombuffer(app.sink.raw.read_bytes()[before:], dtype="<f4")
+    assert pcm.size > 0.3 * 44100
+    assert np.all(np.isfinite(pcm)) and 0.001 < np.abs(pcm).max() <= 1.0
+
+
+def test_status_and_state_are_retained(app):
+    late = Probe(app.broker.port, app.prefix)  # a newcomer sees the retained values
+    try:
+        wait_for(lambda: late.last("status") == b"online" and late.last("state") is not None, 10,
+                 what="retained status and state")
+        assert all(retain for topic, _, retain in late.messages if topic.endswith("/status"))
+        assert late.last("volume") is not None and late.last("voice") == b"tiny-voice"
+    finally:
+        late.close()
+
+
+def test_json_request_with_settings_and_id(app):
+    app.probe.publish("say", {"text": "ジュースを冷やしておきました。", "id": "json-1", "style": "Happy",
+                              "speed": 1.3, "volume": 40})
+    app.probe.next_event(event="queued", id="json-1")
+    assert app.probe.next_event(event="finished", id="json-1")["text"] == "ジュースを冷やしておきました。"
+
+
+@pytest.mark.parametrize("payload, reason", [
+    (b"\xff\xfe\xfa", "UTF-8"),
+    (b"", "empty"),
+    (b"   \n ", "empty"),
+    (b'{"text": 5}', "'text' must be a string"),
+    (b'{"text": "x", "voice": "../../etc/passwd"}', "unknown voice"),
+    (b'{"text": "x", "style": "Sleepy"}', "unknown style"),
+    (b'{"text": "x", "speed": 100}', "speed"),
+    (b'{"text": "x", "volume": "loud"}', "volume"),
+    (b'{"text": "x", "interrupt": "yes"}', "interrupt"),
+    (b'{"text": "x", "color": "red"}', "unknown field"),
+    (b'{"text": {"nested": 1}}', "'text' must be a string"),
+    (b'{"text": "x"', "invalid JSON"),
+    (b'{"text": "x", "id": true}', "id must be"),
+    ("あ" * 301, "too long"),
+    ("ベル\x07です", "control characters"),
+    ("😊🎉", "nothing to speak"),
+    ("。。。！", "nothing to speak"),
+])
+def test_unspeakable_payloads_get_an_error_and_the_next_is_spoken(app, payload, reason):
+    app.probe.publish("say", payload)
+    error = app.probe.next_event(event="error")
+    assert reason in error["error"]
+    app.probe.publish("say", {"text": "はい。", "id": f"after-{free_port()}"})
+    ok = app.probe.next_event(event="finished")
+    assert ok["text"] == "はい。"
+    assert app.daemon.proc.poll() is None
+
+
+def test_stop_cuts_speech_and_clears_the_queue(app):
+    settle(app)
+    app.probe.publish("say", {"text": LONG_TEXT, "id": "long-1"})
+    app.probe.publish("say", {"text": "一つ目。", "id": "q-1"})
+    app.probe.publish("say", {"text": "二つ目。", "id": "q-2"})
+    app.probe.next_event(event="started", id="long-1")
+    time.sleep(1.0)
+    started = time.monotonic()
+    app.probe.publish("stop", "stop")
+    finished, *cancelled = app.probe.expect({"event": "finished", "id": "long-1"},
+                                            {"event": "error", "id": "q-1"}, {"event": "error", "id": "q-2"})
+    assert finished.get("interrupted") is True
+    assert time.monotonic() - started < 3
+    assert all("cancelled" in e["error"] for e in cancelled)
+    settle(app)
+
+
+def test_interrupt_speaks_now(app):
+    settle(app)
+    app.probe.publish("say", {"text": LONG_TEXT, "id": "long-2"})
+    app.probe.next_event(event="started", id="long-2")
+    time.sleep(1.0)
+    app.probe.publish("say", {"text": "緊急のお知らせです。", "id": "urgent", "interrupt": True})
+    assert app.probe.next_event(event="finished", id="long-2").get("interrupted") is True
+    app.probe.next_event(event="started", id="urgent")
+    assert "interrupted" not in app.probe.next_event(event="finished", id="urgent")
+
+
+def test_full_queue_refuses_with_an_error(app):
+    settle(app)
+    app.probe.publish("say", {"text": LONG_TEXT, "id": "long-3"})
+    app.probe.next_event(event="started", id="long-3")
+    for i in range(3):  # max_length is 3
+        app.probe.publish("say", {"text": f"待ち{i}番目。", "id": f"wait-{i}"})
+    app.probe.publish("say", {"text": "入りません。", "id": "overflow"})
+    assert "queue full" in app.probe.next_event(event="error", id="overflow")["error"]
+    app.probe.publish("stop", "")
+    settle(app)
+
+
+def test_repeats_come_from_the_cache(app):
+    text = "玄関の鍵が開いたままです。"
+    app.probe.publish("say", {"text": text, "id": "c-1"})
+    assert app.probe.next_event(event="finished", id="c-1")["cached"] is False
+    app.probe.publish("say", {"text": text, "id": "c-2"})
+    assert app.probe.next_event(event="finished", id="c-2")["cached"] is True
+    files = list((app.work / "cache").glob("*.f32"))
+    assert files and all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+
+
+def test_prepare_fills_the_cache_without_playing(app):
+    settle(app)
+    before = app.sink.raw.stat().st_size
+    app.probe.publish("prepare", {"text": "まもなく会議が始まります。", "id": "p-1"})
+    assert app.probe.next_event(event="finished", id="p-1")["prepare"] is True
+    time.sleep(0.5)
+    assert app.sink.raw.stat().st_size == before
+    app.probe.publish("say", {"text": "まもなく会議が始まります。", "id": "p-2"})
+    assert app.probe.next_event(event="finished", id="p-2")["cached"] is True
+
+
+def test_settings_are_validated_persisted_and_retained(app):
+    probe = app.probe
+    probe.publish("volume/set", "35")
+    wait_for(lambda: probe.last("volume") == b"35", 10, what="volume state")
+    probe.publish("volume/set", "150")
+    assert "volume" in probe.next_event(event="error")["error"]
+    probe.publish("voice/set", "tiny-voice-nodur")
+    wait_for(lambda: probe.last("voice") == b"tiny-voice-nodur", 30, what="voice state")
+    probe.publish("voice/set", "no-such-voice")
+    assert "unknown voice" in probe.next_event(event="error")["error"]
+    probe.publish("style/set", "Angry")
+    wait_for(lambda: probe.last("style") == b"Angry", 10, what="style state")
+    state = json.loads((app.work / "state" / "state.json").read_text())
+    assert state == {"volume": 0.35, "voice": "tiny-voice-nodur", "style": "Angry"}
+    assert stat.S_IMODE((app.work / "state" / "state.json").stat().st_mode) == 0o600
+    probe.publish("say", {"text": "声が変わりました。", "id": "v-1"})
+    probe.next_event(event="finished", id="v-1")
+    probe.publish("voice/set", "tiny-voice")
+    wait_for(lambda: probe.last("voice") == b"tiny-voice", 30, what="voice state")
+
+
+def test_home_assistant_discovery(app):
+    app.probe.client.publish("homeassistant/status", "online", qos=1).wait_for_publish(5)
+    node = f"hayakoe-test-{app.prefix}"
+
+    def configs():
+        found = {}
+        for topic, payload, retained in app.probe.messages:
+            if topic.startswith("homeassistant/") and topic.endswith("/config") and payload:
+                found[topic] = json.loads(payload)
+        return found if len(found) >= 6 else None
+
+    found = wait_for(configs, 10, what="discovery")
+    by_kind = {t.split("/")[1] + ":" + t.split("/")[3]: c for t, c in found.items() if node in t}
+    assert set(by_kind) == {"notify:say", "sensor:state", "number:volume", "select:voice",
+                            "select:style", "button:stop"}
+    for config in by_kind.values():
+        assert config["availability_topic"] == f"{app.prefix}/status"
+        assert config["device"]["identifiers"] == [node]
+        assert config["unique_id"].startswith(node)
+    assert by_kind["notify:say"]["command_topic"] == f"{app.prefix}/say"
+    assert by_kind["number:volume"]["command_topic"] == f"{app.prefix}/volume/set"
+    assert by_kind["select:voice"]["options"] == ["tiny-voice", "tiny-voice-nodur"]
+    assert "Neutral" in by_kind["select:style"]["options"]
+    assert by_kind["button:stop"]["command_topic"] == f"{app.prefix}/stop"
+    late = Probe(app.broker.port, app.prefix)  # retained, so a restarted HA finds them too
+    try:
+        wait_for(lambda: sum(1 for t, _, r in late.messages if r and t.endswith("/config") and node in t) >= 6,
+                 10, what="retained discovery")
+    finally:
+        late.close()
+
+
+def test_sigterm_goes_offline_and_exits(app):
+    # last test of the module: it ends the daemon
+    app.probe.publish("say", {"text": LONG_TEXT, "id": "term"})
+    app.probe.next_event(event="started", id="term")
+    started = time.monotonic()
+    assert app.daemon.stop() == 0
+    assert time.monotonic() - started < 2.5
+    wait_for(lambda: app.probe.last("status") == b"offline", 5, what="offline status")
+
+
+# --- start-up errors: no broker needed ---------------------------------------------------
+
+def run_cli(*args, home=None, timeout=120):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    if home:
+        env["HOME"] = str(home)
+    return subprocess.run([sys.executable, "-m", "hayakoe_pi.cli", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"mqtt": {"hots": "x"}}, ["mqtt.hots", "known keys"]),
+    ({"mqtt": {"port": "many"}}, ["mqtt.port", "integer"]),
+    ({"voice": {"speed": True}}, ["voice.speed", "number"]),
+    ({"audio": {"volume": 3}}, ["audio.volume", "between"]),
+    ({"models": {"dir": "/nonexistent/models"}}, ["models.dir", "/nonexistent/models", "install"]),
+    ({"voice": {"name": "jvnv-F1-jp"}}, ["voice.name", "jvnv-F1-jp", "tiny-voice"]),
+    ({"voice": {"style": "Sleepy"}}, ["voice.style", "Sleepy", "Neutral"]),
+])
+def test_bad_config_stops_with_a_message(tmp_path, change, words):
+    config = write_config(tmp_path / "c.yaml", free_port(), "bad", tmp_path, **change)
+    r = run_cli("run", "--config", str(config))
+    assert r.returncode == 2
+    for w in words:
+        assert w in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_config_that_is_not_yaml(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("mqtt: [unclosed\n")
+    r = run_cli("run", "--config", str(bad))
+    assert r.returncode == 2 and "not valid YAML" in r.stderr
+
+
+def test_missing_config_file(tmp_path):
+    r = run_cli("check", "--config", str(tmp_path / "nope.yaml"))
+    assert r.returncode == 2 and "config file not found" in r.stderr
+
+
+def test_check_reports_broker_and_audio(tmp_path):
+    broker = Mosquitto(tmp_path / "broker").start()
+    sink = AlsaSink(tmp_path)
+    try:
+        good = write_config(tmp_path / "good.yaml", broker.port, "chk", tmp_path)
+        r = run_cli("check", "--config", str(good), home=sink.home)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "ok   mqtt" in r.stdout and "ok   audio" in r.stdout and "ok   models" in r.stdout
+        bad = write_config(tmp_path / "bad.yaml", free_port(), "chk", tmp_path,
+                           audio={"device": "no-such-card"})
+        r = run_cli("check", "--config", str(bad), home=sink.home)
+        assert r.returncode == 1
+        assert "FAIL mqtt" in r.stdout and "cannot reach broker" in r.stdout
+        assert "FAIL audio" in r.stdout and "no-such-card" in r.stdout
+    finally:
+        broker.stop()
+        sink.stop()
+
+
+def test_fixture_models_are_what_the_tests_assume():
+    assert (FIXTURE_MODELS / "onnx/speakers/tiny-voice/synthesizer.onnx").is_file()

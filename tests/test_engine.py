@@ -1,0 +1,230 @@
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURE_MODELS, GOLDEN, REF_MODELS, needs_shared
+from hayakoe_pi import Engine, ModelError, TextError
+from hayakoe_pi.engine import split_sentences, trailing_silence
+from hayakoe_pi.models import ModelStore
+
+VOICE = "tiny-voice"
+QUIET = dict(noise=0.0, noise_w=0.0)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return Engine(FIXTURE_MODELS, voice=VOICE)
+
+
+@needs_shared
+def test_single_sentence_equals_hayakoe_raw_output():
+    eng = Engine(REF_MODELS, voice="ref-voice")
+    rows = [json.loads(line) for line in (GOLDEN / "audio" / "index.jsonl").read_text().splitlines()]
+    assert rows
+    for row in rows:
+        ref = np.load(GOLDEN / "audio" / row["file"]).reshape(-1)
+        got = eng.synthesize(row["text"], style="Neutral", style_weight=1.0, speed=1.0, sdp_ratio=0.2, **QUIET)
+        assert got.shape == ref.shape, row["text"]
+        assert np.abs(got - ref).max() <= 1e-4, row["text"]
+
+
+def test_synthesize_returns_float32_audio(engine):
+    audio = engine.synthesize("お風呂が沸きました。")
+    assert engine.sample_rate == 44100
+    assert audio.dtype == np.float32 and audio.ndim == 1
+    assert audio.size > engine.sample_rate * 0.1
+    assert np.all(np.isfinite(audio)) and np.abs(audio).max() > 0
+
+
+def test_noise_free_synthesis_is_deterministic(engine):
+    a = engine.synthesize("玄関の鍵が開いたままです。", **QUIET)
+    b = engine.synthesize("玄関の鍵が開いたままです。", **QUIET)
+    assert np.array_equal(a, b)
+
+
+def test_single_sentence_is_the_raw_synthesizer_output(engine):
+    text = "洗濯機の運転が終わりました。"
+    a = engine.analyze(text)
+    voice = engine.voice
+    hidden = engine.store.bert(a.input_ids)
+    bert = np.repeat(hidden, a.word2ph, axis=0).T[np.newaxis].astype(np.float32)
+    feeds = {
+        "x": np.array([a.phones]), "x_lengths": np.array([len(a.phones)]), "sid": np.array([0]),
+        "tone": np.array([a.tones]), "language": np.array([a.language]), "bert": bert,
+        "style_vec": voice.style_vectors[:1].copy(),
+        "noise_scale": np.zeros(1, np.float32), "length_scale": np.ones(1, np.float32),
+        "noise_scale_w": np.zeros(1, np.float32), "sdp_ratio": np.full(1, 0.2, np.float32),
+    }
+    raw = voice.synth.run(["audio"], feeds)[0].reshape(-1)
+    assert np.array_equal(engine.synthesize(text, **QUIET), raw)
+
+
+def test_stream_joined_equals_synthesize(engine):
+    text = "おはようございます。朝ごはんの時間です！今日は晴れますか？"
+    chunks = list(engine.stream(text, **QUIET))
+    assert len(chunks) == 3
+    assert np.array_equal(np.concatenate(chunks), engine.synthesize(text, **QUIET))
+
+
+def test_multi_sentence_runs_bert_once(monkeypatch):
+    eng = Engine(FIXTURE_MODELS, voice=VOICE)
+    calls = []
+    real = eng.store.bert.__call__
+
+    class CountingBert:
+        hidden_size = eng.store.bert.hidden_size
+
+        def __call__(self, ids):
+            calls.append(len(ids))
+            return real(ids)
+
+    monkeypatch.setattr(eng.store, "bert", CountingBert())
+    list(eng.stream("冷蔵庫のドアが開いています。閉めてください。電気も消してね。", **QUIET))
+    assert len(calls) == 1
+
+
+def test_pause_between_sentences(engine):
+    first, second = "ドアが開いています。", "閉めてください。"
+    both = list(engine.stream(first + second, **QUIET))
+    sr = engine.sample_rate
+    # the first sentence ends with about a third of a second of silence, the last with none added
+    assert not np.any(both[0][-int(0.1 * sr):])
+    assert 0.3 <= trailing_silence(both[0], sr) <= 0.5
+    assert trailing_silence(both[1], sr) < 0.3
+
+
+def test_speed_changes_length(engine):
+    slow = engine.synthesize("タイマーが終了しました。", speed=0.5, **QUIET)
+    fast = engine.synthesize("タイマーが終了しました。", speed=2.0, **QUIET)
+    assert slow.size > 1.5 * fast.size
+
+
+def test_split_sentences():
+    assert split_sentences("はい。いいえ！本当？") == ["はい。", "いいえ！", "本当？"]
+    assert split_sentences("……はい。！？") == ["……はい。！？"]
+    assert split_sentences("一行目\n二行目") == ["一行目\n", "二行目"]
+    long = "あ" * 150 + "、" + "い" * 100 + "。"
+    assert all(len(s) <= 160 for s in split_sentences(long))
+    assert "".join(split_sentences(long)) == long
+
+
+def test_empty_text_is_a_text_error(engine):
+    for text in ("", "   ", "😊😊", "。。。"):
+        with pytest.raises(TextError):
+            engine.synthesize(text)
+
+
+def test_bad_settings_are_rejected(engine):
+    with pytest.raises(ValueError, match="styles: Neutral"):
+        engine.synthesize("はい。", style="Sleepy")
+    with pytest.raises(ValueError, match="speed"):
+        engine.synthesize("はい。", speed=0)
+    with pytest.raises(ValueError, match="noise"):
+        engine.synthesize("はい。", noise=float("nan"))
+
+
+def test_voice_without_durations_output_and_with_two_speakers():
+    eng = Engine(FIXTURE_MODELS, voice="tiny-voice-nodur", speaker=1)
+    assert not eng.voice.has_durations
+    assert eng.synthesize("はい。", **QUIET).size > 0
+    with pytest.raises(ValueError, match="out of range"):
+        Engine(FIXTURE_MODELS, voice="tiny-voice-nodur", speaker=7)
+
+
+def test_voices_share_one_bert_session(store):
+    a = Engine(FIXTURE_MODELS, voice=VOICE, store=store)
+    b = Engine(FIXTURE_MODELS, voice="tiny-voice-nodur", store=store)
+    assert a.store.bert is b.store.bert
+    assert store.voices() == ["tiny-voice", "tiny-voice-nodur"]
+
+
+def test_use_voice_keeps_current_on_error(store):
+    eng = Engine(FIXTURE_MODELS, voice=VOICE, store=store)
+    with pytest.raises(ModelError):
+        eng.use_voice("no-such-voice")
+    assert eng.voice.name == VOICE
+    eng.use_voice("tiny-voice-nodur")
+    assert eng.voice.name == "tiny-voice-nodur"
+
+
+# --- clear errors for broken model directories ---------------------------------
+
+def _error(models_dir, voice=VOICE) -> str:
+    with pytest.raises(ModelError) as e:
+        Engine(models_dir, voice=voice)
+    return str(e.value)
+
+
+def test_missing_models_dir(tmp_path):
+    assert "models directory not found" in _error(tmp_path / "nope")
+
+
+def test_missing_bert(models_copy):
+    (models_copy / "onnx/bert/q8/bert_q8.onnx").unlink()
+    assert "bert_q8.onnx" in _error(models_copy)
+
+
+def test_missing_vocab(models_copy):
+    (models_copy / "bert/tokenizer/vocab.txt").unlink()
+    assert "vocab.txt" in _error(models_copy)
+
+
+def test_unknown_voice_lists_installed(models_copy):
+    msg = _error(models_copy, voice="jvnv-F1-jp")
+    assert "jvnv-F1-jp" in msg and "tiny-voice" in msg
+
+
+@pytest.mark.parametrize("name", ["../tiny-voice", "/etc", ".hidden", "a\\b"])
+def test_path_like_voice_names_are_refused(models_copy, name):
+    assert "invalid voice name" in _error(models_copy, voice=name)
+
+
+def test_truncated_synthesizer(models_copy):
+    path = models_copy / "onnx/speakers" / VOICE / "synthesizer.onnx"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
+    msg = _error(models_copy)
+    assert "synthesizer.onnx" in msg and "truncated" in msg
+
+
+def test_corrupted_bert(models_copy):
+    path = models_copy / "onnx/bert/q8/bert_q8.onnx"
+    path.write_bytes(b"\x00garbage" * 100)
+    assert "bert_q8.onnx" in _error(models_copy)
+
+
+def test_config_of_wrong_version(models_copy):
+    path = models_copy / "onnx/speakers" / VOICE / "config.json"
+    config = json.loads(path.read_text())
+    config["version"] = "2.4.1"
+    path.write_text(json.dumps(config))
+    msg = _error(models_copy)
+    assert "config.json" in msg and "JP-Extra" in msg
+
+
+def test_style_vectors_of_wrong_shape(models_copy):
+    path = models_copy / "onnx/speakers" / VOICE / "style_vectors.npy"
+    np.save(path, np.zeros((3, 256), np.float32))
+    msg = _error(models_copy)
+    assert "style_vectors.npy" in msg and "(3, 256)" in msg
+
+
+def test_style_count_mismatch_in_config(models_copy):
+    path = models_copy / "onnx/speakers" / VOICE / "config.json"
+    config = json.loads(path.read_text())
+    config["data"]["num_styles"] = 9
+    path.write_text(json.dumps(config))
+    assert "num_styles" in _error(models_copy)
+
+
+def test_missing_style_vectors(models_copy):
+    (models_copy / "onnx/speakers" / VOICE / "style_vectors.npy").unlink()
+    assert "style_vectors.npy" in _error(models_copy)
+
+
+def test_a_copied_voice_loads_under_its_folder_name(models_copy):
+    shutil.copytree(models_copy / "onnx/speakers" / VOICE, models_copy / "onnx/speakers/my-voice")
+    store = ModelStore(models_copy)
+    assert "my-voice" in store.voices()
+    assert Engine(models_copy, voice="my-voice", store=store).synthesize("はい。").size > 0
