@@ -1,0 +1,61 @@
+import pytest
+
+from conftest import REPO
+from hayakoe_pi.config import ConfigError, defaults, load_config
+
+
+def write(tmp_path, text):
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_documented_config_equals_the_defaults():
+    assert load_config(REPO / "config.yaml") == defaults()
+
+
+def test_every_default_key_is_documented_with_a_comment():
+    lines = (REPO / "config.yaml").read_text().splitlines()
+
+    def keys(section, prefix=""):
+        for k, v in section.items():
+            yield from keys(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
+
+    for key in keys(defaults()):
+        leaf = key.split(".")[-1]
+        assert any(line.strip().startswith(f"{leaf}:") and "#" in line for line in lines), key
+
+
+def test_omitted_keys_take_defaults(tmp_path):
+    config = load_config(write(tmp_path, "mqtt:\n  host: broker.lan\nvoice:\n  speed: 1.5\n"))
+    assert config["mqtt"]["host"] == "broker.lan" and config["mqtt"]["port"] == 1883
+    assert config["voice"]["speed"] == 1.5 and config["voice"]["name"] == "jvnv-F1-jp"
+
+
+def test_empty_file_is_all_defaults(tmp_path):
+    assert load_config(write(tmp_path, "")) == defaults()
+
+
+@pytest.mark.parametrize("text, words", [
+    ("mqtt:\n  hostname: x\n", ["mqtt.hostname", "known keys here: host"]),
+    ("speakers: 3\n", ["unknown key 'speakers'"]),
+    ("mqtt:\n  port: '1883'\n", ["mqtt.port must be an integer"]),
+    ("mqtt:\n  port: 70000\n", ["mqtt.port must be between 1 and 65535"]),
+    ("audio:\n  volume: yes\n", ["audio.volume must be"]),
+    ("mqtt:\n  tls: true\n", ["mqtt.tls must be a mapping"]),
+    ("mqtt:\n  topic_prefix: 'a/#'\n", ["topic prefix"]),
+    ("log:\n  level: LOUD\n", ["log.level"]),
+    ("- a\n- b\n", ["mapping"]),
+    ("mqtt:\n  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n", ["ca_file", "does not exist"]),
+])
+def test_bad_values_name_the_key(tmp_path, text, words):
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, text))
+    for w in words:
+        assert w in str(e.value)
+    assert "config.yaml" in str(e.value)
+
+
+def test_device_may_be_a_name_or_an_index(tmp_path):
+    assert load_config(write(tmp_path, "audio:\n  device: 2\n"))["audio"]["device"] == 2
+    assert load_config(write(tmp_path, "audio:\n  device: 'hw:1,0'\n"))["audio"]["device"] == "hw:1,0"
