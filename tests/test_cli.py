@@ -53,3 +53,22 @@ def test_synth_with_unknown_voice_is_a_clear_error(tmp_path):
                 str(tmp_path / "x.wav"), "はい")
     assert r.returncode == 2
     assert "jvnv-F1-jp" in r.stderr and "installed voices" in r.stderr
+
+
+def test_say_speaks_on_the_sound_card_and_devices_lists_it(tmp_path):
+    from harness import AlsaSink
+
+    sink = AlsaSink(tmp_path)
+    env = dict(os.environ, HOME=str(sink.home), PYTHONPATH=str(REPO))
+    try:
+        r = subprocess.run([sys.executable, "-m", "hayakoe_pi.cli", "devices"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "default" in r.stdout
+        r = subprocess.run([sys.executable, "-m", "hayakoe_pi.cli", "say", "--models", str(FIXTURE_MODELS),
+                            "--voice", "tiny-voice", "タイマーが終了しました。"], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    finally:
+        sink.stop()
+    pcm = np.fromfile(sink.raw, dtype="<f4")
+    assert pcm.size > 0.3 * 44100 and np.abs(pcm).max() > 0.001
