@@ -106,7 +106,7 @@ class Daemon:
     def __init__(self, config: dict, store: ModelStore | None = None):
         self.config = config
         models_dir = Path(config["models"]["dir"]).expanduser()
-        self.store = store or ModelStore(models_dir)
+        self.store = store or ModelStore(models_dir, split_cache=Path(config["cache"]["dir"]) / "split")
         voice_cfg = config["voice"]
         self.settings = Settings(Path(config["state"]["file"]), config["audio"]["volume"],
                                  voice_cfg["name"], voice_cfg["style"])

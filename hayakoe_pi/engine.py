@@ -35,6 +35,9 @@ _SENTENCE_END_RE = re.compile(r"(?<=[。！？!?\n])")
 _CLAUSE_END_RE = re.compile(r"(?<=[、，,;；:：])")
 _SPEECH_RE = re.compile(r"[ぁ-ゖァ-ヺ一-鿿㐀-䶿々〆〇A-Za-z0-9０-９Ａ-Ｚａ-ｚｦ-ﾟ]")
 
+# Latent frames per decoder window (512 samples each at 44.1 kHz: ~1.5 s).
+DECODER_WINDOW_FRAMES = 128
+
 # Silence (seconds at speed 1.0) between a sentence and the next, by how it ends.
 PAUSE_AFTER = {"。": 0.35, ".": 0.35, "．": 0.35, "！": 0.3, "!": 0.3, "？": 0.4, "?": 0.4, "\n": 0.5}
 DEFAULT_PAUSE = 0.3
@@ -97,8 +100,10 @@ class SynthesisSettings:
 
 class Engine:
     def __init__(self, models_dir: str | Path, voice: str = "jvnv-F1-jp",
-                 speaker: str | int | None = None, store: ModelStore | None = None):
+                 speaker: str | int | None = None, store: ModelStore | None = None,
+                 window_frames: int = DECODER_WINDOW_FRAMES):
         self.store = store or ModelStore(models_dir)
+        self.window_frames = window_frames
         self.voice: Voice = self.store.voice(voice)
         self.speaker = self.voice.speaker_id(speaker)
 
@@ -145,11 +150,15 @@ class Engine:
         features = self._bert_features(analyses)
         last = len(sentences) - 1
         for i, (sentence, a) in enumerate(zip(sentences, analyses)):
-            audio = self._synthesize_sentence(voice, sid, a, next(features), style_vec, s, length_scale)
+            pieces = self._synthesize_sentence(voice, sid, a, next(features), style_vec, s, length_scale)
+            previous = next(pieces)
+            for piece in pieces:  # each piece goes out as soon as the next is done, so
+                yield previous    # the sentence's last piece can carry the pause
+                previous = piece
             if i < last:
-                pause = self._pause_samples(sentence, audio, voice.sample_rate, length_scale)
-                audio = np.concatenate([audio, np.zeros(pause, dtype=np.float32)])
-            yield audio
+                pause = self._pause_samples(sentence, previous, voice.sample_rate, length_scale)
+                previous = np.concatenate([previous, np.zeros(pause, dtype=np.float32)])
+            yield previous
 
     def _bert_features(self, analyses: list[Analysis]) -> Iterator[np.ndarray]:
         """Per-sentence phone-level BERT features [1024, phones], one BERT run per window.
@@ -187,10 +196,10 @@ class Engine:
                 yield np.repeat(rows, a.word2ph, axis=0).T.astype(np.float32, copy=False)
             i += len(window)
 
-    @staticmethod
-    def _synthesize_sentence(voice: Voice, sid: int, a: Analysis, bert: np.ndarray,
+    def _synthesize_sentence(self, voice: Voice, sid: int, a: Analysis, bert: np.ndarray,
                              style_vec: np.ndarray, s: SynthesisSettings,
-                             length_scale: float) -> np.ndarray:
+                             length_scale: float) -> Iterator[np.ndarray]:
+        """The sentence's audio: in decoder windows when the graph is split, else whole."""
         n = len(a.phones)
         scalar = lambda v: np.array([v], dtype=np.float32)  # noqa: E731
         feeds = {
@@ -206,8 +215,16 @@ class Engine:
             "noise_scale_w": scalar(s.noise_w),
             "sdp_ratio": scalar(s.sdp_ratio),
         }
-        audio = voice.synth.run([voice.synth_outputs[0]], feeds)[0]
-        return audio.reshape(-1)
+        if voice.decoder is None:
+            yield voice.synth.run([voice.synth_outputs[0]], feeds)[0].reshape(-1)
+            return
+        latent = dict(zip(voice.decoder_inputs, voice.synth.run(list(voice.decoder_inputs), feeds)))
+        z = latent[voice.decoder_inputs[0]]
+        hop = voice.hop_length
+        for start, end, lo, hi in decoder_windows(z.shape[2], self.window_frames, voice.decoder_margin):
+            latent[voice.decoder_inputs[0]] = z[:, :, lo:hi]
+            audio = voice.decoder.run(None, latent)[0].reshape(-1)
+            yield audio[(start - lo) * hop:(end - lo) * hop]
 
     @staticmethod
     def _pause_samples(sentence: str, audio: np.ndarray, sr: int, length_scale: float) -> int:
@@ -216,6 +233,20 @@ class Engine:
             end = "\n"
         target = PAUSE_AFTER.get(end, DEFAULT_PAUSE) * length_scale
         return max(0, int(round((target - trailing_silence(audio, sr)) * sr)))
+
+
+def decoder_windows(frames: int, window: int, margin: int) -> Iterator[tuple[int, int, int, int]]:
+    """(start, end, lo, hi): frames start:end are kept from decoding lo:hi.
+
+    The first window is a quarter size so the first sound comes sooner.
+    """
+    start, size = 0, max(1, window // 4)
+    while start < frames:
+        end = min(frames, start + size)
+        if frames - end < window // 4:  # no tiny last window
+            end = frames
+        yield start, end, max(0, start - margin), min(frames, end + margin)
+        start, size = end, window
 
 
 def trailing_silence(audio: np.ndarray, sr: int) -> float:

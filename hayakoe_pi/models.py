@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from .split import SplitModel, UnreadableModel, decoder_margin, split_synthesizer
 from .text import FrontEnd, VocabError
 
 BERT_PATH = Path("onnx/bert/q8/bert_q8.onnx")
@@ -102,8 +103,11 @@ class Voice:
     speakers: dict[str, int]
     styles: dict[str, int]
     style_vectors: np.ndarray  # [num_styles, style_dim]; row 0 is the mean
-    synth: ort.InferenceSession
+    synth: ort.InferenceSession  # the whole synthesizer, or the part before the decoder
     synth_outputs: list[str]
+    decoder: ort.InferenceSession | None = None  # HiFi-GAN alone, when the graph was split
+    decoder_inputs: tuple[str, ...] = ()  # names of z (and g) in synth's outputs
+    decoder_margin: int = 0  # latent frames of overlap that make windowed decoding exact
     duration_predictor: ort.InferenceSession | None = None
     files: list[Path] = field(default_factory=list)
 
@@ -158,7 +162,8 @@ def _read_config(path: Path) -> dict:
     return config
 
 
-def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None) -> Voice:
+def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
+               split_decoder: bool = True, split_cache: Path | None = None) -> Voice:
     if not name or name.startswith(".") or any(c in name for c in "/\\\0"):
         raise ModelError(f"invalid voice name {name!r}: a voice is a folder name under {SPEAKERS_DIR}")
     directory = models_dir / SPEAKERS_DIR / name
@@ -197,7 +202,8 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None) -> V
         raise ModelError(f"voice config {config_path}: style ids out of range for {', '.join(bad_ids)}")
 
     synth_path = directory / "synthesizer.onnx"
-    synth = open_session(synth_path, "synthesizer")
+    parts = _split(synth_path, split_cache) if split_decoder else None
+    synth = open_session(parts.front if parts else synth_path, "synthesizer")
     inputs = [i.name for i in synth.get_inputs()]
     missing = [n for n in SYNTH_INPUTS if n not in inputs]
     if missing:
@@ -218,6 +224,12 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None) -> V
             f"synthesizer {synth_path} expects {bert_dim}-d BERT features, the BERT model gives {bert_hidden}"
         )
     outputs = [o.name for o in synth.get_outputs()]
+    decoder, decoder_inputs, margin = None, (), 0
+    if parts:
+        decoder = open_session(parts.decoder, "synthesizer decoder")
+        decoder_inputs = (parts.z_name, parts.g_name) if parts.g_name else (parts.z_name,)
+        margin = decoder_margin(config.get("model", {}))
+        outputs = [o for o in outputs if o not in decoder_inputs]
 
     files = [config_path, vectors_path, synth_path]
     dp_path = directory / "duration_predictor.onnx"
@@ -232,8 +244,22 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None) -> V
         sample_rate=data["sampling_rate"], hop_length=data["hop_length"],
         add_blank=bool(data.get("add_blank", True)), speakers=dict(speakers), styles=styles,
         style_vectors=vectors.astype(np.float32), synth=synth, synth_outputs=outputs,
+        decoder=decoder, decoder_inputs=decoder_inputs, decoder_margin=margin,
         duration_predictor=dp, files=files,
     )
+
+
+def _split(synth_path: Path, cache_root: Path | None) -> SplitModel | None:
+    if not synth_path.is_file():
+        raise ModelError(f"synthesizer not found: {synth_path}")
+    try:
+        return split_synthesizer(synth_path, cache_root)
+    except UnreadableModel as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else "unreadable"
+        raise ModelError(
+            f"synthesizer {synth_path} cannot be loaded ({reason}); the file is probably truncated "
+            "or corrupted: download it again"
+        ) from None
 
 
 def installed_voices(models_dir: Path) -> list[str]:
@@ -251,7 +277,8 @@ class ModelStore:
     does not grow memory.
     """
 
-    def __init__(self, models_dir: str | Path, max_voices: int = 2):
+    def __init__(self, models_dir: str | Path, max_voices: int = 2, split_decoder: bool = True,
+                 split_cache: str | Path | None = None):
         self.dir = Path(models_dir).expanduser()
         if not self.dir.is_dir():
             raise ModelError(f"models directory not found: {self.dir}")
@@ -263,6 +290,8 @@ class ModelStore:
         except VocabError as e:
             raise ModelError(str(e)) from None
         self.bert = Bert(self.dir)
+        self.split_decoder = split_decoder
+        self.split_cache = Path(split_cache) if split_cache else None  # default: ~/.cache
         self.max_voices = max(1, max_voices)
         self._voices: dict[str, Voice] = {}  # in order of use, most recent last
         self._lock = threading.Lock()
@@ -274,7 +303,8 @@ class ModelStore:
         with self._lock:
             voice = self._voices.pop(name, None)
             if voice is None:
-                voice = load_voice(self.dir, name, self.bert.hidden_size)
+                voice = load_voice(self.dir, name, self.bert.hidden_size, self.split_decoder,
+                                   self.split_cache)
             self._voices[name] = voice
             while len(self._voices) > self.max_voices:
                 self._voices.pop(next(iter(self._voices)))

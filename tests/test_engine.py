@@ -6,7 +6,8 @@ import pytest
 
 from conftest import FIXTURE_MODELS, GOLDEN, REF_MODELS, needs_shared
 from hayakoe_pi import Engine, ModelError, TextError
-from hayakoe_pi.engine import split_sentences, trailing_silence
+from hayakoe_pi.engine import decoder_windows, split_sentences, trailing_silence
+from hayakoe_pi.split import decoder_margin
 from hayakoe_pi.models import ModelStore
 
 VOICE = "tiny-voice"
@@ -44,12 +45,15 @@ def test_noise_free_synthesis_is_deterministic(engine):
     assert np.array_equal(a, b)
 
 
-def test_single_sentence_is_the_raw_synthesizer_output(engine):
-    text = "洗濯機の運転が終わりました。"
-    a = engine.analyze(text)
-    voice = engine.voice
-    hidden = engine.store.bert(a.input_ids)
-    bert = np.repeat(hidden, a.word2ph, axis=0).T[np.newaxis].astype(np.float32)
+LONG_SENTENCE = "冷蔵庫のドアが開いたままになっていますので、お手数ですが台所まで行って閉めてください。"
+
+
+def _raw_synthesizer_output(text: str) -> np.ndarray:
+    """The unsplit synthesizer.onnx run once on the whole sentence."""
+    store = ModelStore(FIXTURE_MODELS, split_decoder=False)
+    voice = store.voice(VOICE)
+    a = store.frontend.analyze(text)
+    bert = np.repeat(store.bert(a.input_ids), a.word2ph, axis=0).T[np.newaxis].astype(np.float32)
     feeds = {
         "x": np.array([a.phones]), "x_lengths": np.array([len(a.phones)]), "sid": np.array([0]),
         "tone": np.array([a.tones]), "language": np.array([a.language]), "bert": bert,
@@ -57,14 +61,45 @@ def test_single_sentence_is_the_raw_synthesizer_output(engine):
         "noise_scale": np.zeros(1, np.float32), "length_scale": np.ones(1, np.float32),
         "noise_scale_w": np.zeros(1, np.float32), "sdp_ratio": np.full(1, 0.2, np.float32),
     }
-    raw = voice.synth.run(["audio"], feeds)[0].reshape(-1)
-    assert np.array_equal(engine.synthesize(text, **QUIET), raw)
+    return voice.synth.run(["audio"], feeds)[0].reshape(-1)
+
+
+def test_single_sentence_is_the_raw_synthesizer_output(engine):
+    """Windowed decoding of the split graph gives the one-shot output of synthesizer.onnx."""
+    assert engine.voice.decoder is not None  # the fixture's graph was split
+    raw = _raw_synthesizer_output(LONG_SENTENCE)
+    chunks = list(engine.stream(LONG_SENTENCE, **QUIET))
+    assert len(chunks) >= 3  # several decoder windows
+    got = np.concatenate(chunks)
+    assert got.shape == raw.shape
+    assert np.abs(got - raw).max() <= 1e-4
+
+
+def test_first_window_is_short(engine):
+    chunks = list(engine.stream(LONG_SENTENCE, **QUIET))
+    assert chunks[0].size <= engine.window_frames // 4 * engine.voice.hop_length
+    assert chunks[0].size < chunks[1].size
+
+
+@pytest.mark.parametrize("frames", [1, 7, 31, 32, 40, 200, 1000])
+def test_decoder_windows_cover_every_frame_once(frames):
+    covered = []
+    for start, end, lo, hi in decoder_windows(frames, 128, 16):
+        assert lo <= start < end <= hi and start - lo <= 16 and hi - end <= 16
+        covered.extend(range(start, end))
+    assert covered == list(range(frames))
+
+
+def test_decoder_margin_covers_the_receptive_field():
+    config = json.loads((FIXTURE_MODELS / "onnx/speakers" / VOICE / "config.json").read_text())
+    # HiFi-GAN v1 (rates 8,8,2,2,2; resblock kernels 3,7,11): about 15 frames reach
+    assert 15 <= decoder_margin(config["model"]) <= 24
 
 
 def test_stream_joined_equals_synthesize(engine):
     text = "おはようございます。朝ごはんの時間です！今日は晴れますか？"
     chunks = list(engine.stream(text, **QUIET))
-    assert len(chunks) == 3
+    assert len(chunks) >= 3
     assert np.array_equal(np.concatenate(chunks), engine.synthesize(text, **QUIET))
 
 
@@ -87,12 +122,13 @@ def test_multi_sentence_runs_bert_once(monkeypatch):
 
 def test_pause_between_sentences(engine):
     first, second = "ドアが開いています。", "閉めてください。"
-    both = list(engine.stream(first + second, **QUIET))
+    chunks = list(engine.stream(first + second, **QUIET))
     sr = engine.sample_rate
-    # the first sentence ends with about a third of a second of silence, the last with none added
-    assert not np.any(both[0][-int(0.1 * sr):])
-    assert 0.3 <= trailing_silence(both[0], sr) <= 0.5
-    assert trailing_silence(both[1], sr) < 0.3
+    # the first sentence's last chunk ends with about a third of a second of silence
+    paused = [c for c in chunks if c.size > sr // 10 and not np.any(c[-sr // 10:])]
+    assert len(paused) == 1 and paused[0] is not chunks[-1]
+    assert 0.3 <= trailing_silence(paused[0], sr) <= 0.5
+    assert trailing_silence(chunks[-1], sr) < 0.3  # nothing added after the last sentence
 
 
 def test_speed_changes_length(engine):
