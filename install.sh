@@ -1,0 +1,537 @@
+#!/usr/bin/env bash
+# Install, upgrade or remove hayakoe-pi on Raspberry Pi OS bookworm / Debian 12.
+#
+#   sudo ./install.sh [--voice NAME] [--models-from DIR] [--no-start]
+#   sudo ./install.sh --uninstall [--purge]
+#
+# Installs the apt packages it needs, a system user "hayakoe-pi" (in group
+# audio), a virtualenv in /opt/hayakoe-pi/venv with this checkout in it, the
+# config /etc/hayakoe-pi/config.yaml (only when absent: your edits are never
+# overwritten; a newer default lands beside it as config.yaml.new), BERT and
+# one voice in /var/lib/hayakoe-pi/models (downloaded from Hugging Face
+# lemondouble/hayakoe, size- and sha256-checked, resumable; or copied with
+# --models-from), a loopback-only mosquitto when the config points at this
+# machine and no broker answers there, and the systemd service hayakoe-pi.
+# Running it again upgrades in place and skips what is already complete.
+#
+# --uninstall stops and removes the service, /opt/hayakoe-pi and the
+# /usr/local/bin/hayakoe-pi link, and keeps the config, models and cache;
+# with --purge it removes those, the user and the mosquitto drop-in as well.
+#
+# Test hooks (environment; unset on a real install):
+#   HAYAKOE_ROOT=DIR       prefix every system path written (/opt, /etc,
+#                          /var/lib, /var/cache, /usr/local/bin) with DIR;
+#                          systemctl is then skipped too.
+#   HAYAKOE_SKIP_SYSTEM=1  skip apt-get, the service user (files are owned by
+#                          the caller instead), mosquitto and systemctl.
+#   HAYAKOE_HF_BASE=URL    download models from URL/<path> instead of
+#                          https://huggingface.co/lemondouble/hayakoe/resolve/main
+set -euo pipefail
+umask 022  # the venv and models must be readable by the service user
+
+ROOT="${HAYAKOE_ROOT:-}"
+SKIP_SYSTEM="${HAYAKOE_SKIP_SYSTEM:-0}"
+HF_BASE="${HAYAKOE_HF_BASE:-https://huggingface.co/lemondouble/hayakoe/resolve/main}"
+SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+SVC=hayakoe-pi
+OPT_DIR="$ROOT/opt/hayakoe-pi"
+VENV="$OPT_DIR/venv"
+BIN_LINK="$ROOT/usr/local/bin/hayakoe-pi"
+ETC_DIR="$ROOT/etc/hayakoe-pi"
+CONFIG="$ETC_DIR/config.yaml"
+STATE_DIR="$ROOT/var/lib/hayakoe-pi"
+CACHE_DIR="$ROOT/var/cache/hayakoe-pi"
+UNIT="$ROOT/etc/systemd/system/hayakoe-pi.service"
+MOSQUITTO_CONF="$ROOT/etc/mosquitto/conf.d/hayakoe-pi.conf"
+APT_PACKAGES=(python3-venv python3-pip libportaudio2 alsa-utils curl ca-certificates)
+DEFAULT_VOICE=jvnv-F1-jp
+
+say() { printf '%s\n' "$*"; }
+step() { printf '\n==> %s\n' "$*"; }
+warn() { printf 'warning: %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+usage() {
+    cat <<EOF
+Usage: sudo $0 [options]
+
+Install or upgrade hayakoe-pi (offline Japanese text to speech over MQTT).
+
+  --voice NAME        voice to install (default: voice.name from the config,
+                      else $DEFAULT_VOICE), e.g. jvnv-F1-jp, jvnv-M1-jp, tsukuyomi_chan
+  --models-from DIR   copy BERT and the voice from DIR (HayaKoe layout:
+                      onnx/bert/q8/bert_q8.onnx, bert/tokenizer/, onnx/speakers/<voice>/)
+                      instead of downloading them from Hugging Face
+  --no-start          install and enable the service, but do not (re)start it
+  --uninstall         stop and remove the service and /opt/hayakoe-pi; keep the
+                      config (/etc/hayakoe-pi), models and cache
+  --purge             with --uninstall: also remove the config, models, cache,
+                      the hayakoe-pi user and the mosquitto drop-in
+  -h, --help          show this help
+EOF
+}
+
+# --- arguments ------------------------------------------------------------------------
+VOICE_ARG=""
+MODELS_FROM=""
+NO_START=0
+UNINSTALL=0
+PURGE=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --voice) [ $# -ge 2 ] || die "--voice needs a name"; VOICE_ARG="$2"; shift 2 ;;
+        --voice=*) VOICE_ARG="${1#*=}"; shift ;;
+        --models-from) [ $# -ge 2 ] || die "--models-from needs a directory"; MODELS_FROM="$2"; shift 2 ;;
+        --models-from=*) MODELS_FROM="${1#*=}"; shift ;;
+        --no-start) NO_START=1; shift ;;
+        --uninstall) UNINSTALL=1; shift ;;
+        --purge) PURGE=1; shift ;;
+        -h | --help) usage; exit 0 ;;
+        *) usage >&2; die "unknown option: $1" ;;
+    esac
+done
+[ "$PURGE" = 0 ] || [ "$UNINSTALL" = 1 ] || die "--purge only goes with --uninstall"
+if [ -n "$VOICE_ARG" ] && ! [[ "$VOICE_ARG" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]]; then
+    die "bad voice name '$VOICE_ARG' (letters, digits, '.', '_' and '-' only)"
+fi
+if [ -n "$MODELS_FROM" ]; then
+    [ -d "$MODELS_FROM" ] || die "--models-from: no such directory: $MODELS_FROM"
+    MODELS_FROM="$(cd "$MODELS_FROM" && pwd)"
+fi
+if [ "$SKIP_SYSTEM" != 1 ] && [ "$(id -u)" != 0 ]; then
+    die "run me as root: sudo $0 $*"
+fi
+
+# systemctl only on a host booted with systemd, and only for the real root.
+have_systemd() { [ "$SKIP_SYSTEM" != 1 ] && [ -z "$ROOT" ] && [ -d /run/systemd/system ]; }
+
+if [ "$SKIP_SYSTEM" = 1 ]; then
+    OWNER="$(id -u):$(id -g)"
+    CONFIG_GROUP="$(id -g)"
+else
+    OWNER="$SVC:$SVC"
+    CONFIG_GROUP="$SVC"
+fi
+
+# --- uninstall ------------------------------------------------------------------------
+uninstall() {
+    step "Removing the hayakoe-pi service"
+    if have_systemd; then
+        systemctl disable --now "$SVC.service" 2>/dev/null || true
+    elif [ "$SKIP_SYSTEM" != 1 ] && [ -z "$ROOT" ]; then
+        say "systemd is not running: nothing to stop"
+    fi
+    rm -f "$UNIT"
+    if have_systemd; then
+        systemctl daemon-reload
+        systemctl reset-failed "$SVC.service" 2>/dev/null || true
+    fi
+    rm -rf "$OPT_DIR"
+    if [ -L "$BIN_LINK" ]; then rm -f "$BIN_LINK"; fi
+    say "removed $UNIT, $OPT_DIR and $BIN_LINK"
+    if [ "$PURGE" = 1 ]; then
+        rm -rf "$ETC_DIR" "$STATE_DIR" "$CACHE_DIR" "$ROOT/etc/systemd/system/$SVC.service.d"
+        say "removed $ETC_DIR, $STATE_DIR (models, state) and $CACHE_DIR"
+        if [ -f "$MOSQUITTO_CONF" ]; then
+            rm -f "$MOSQUITTO_CONF"
+            say "removed $MOSQUITTO_CONF (the mosquitto package itself stays)"
+            if have_systemd; then systemctl try-restart mosquitto.service || true; fi
+        fi
+        if [ "$SKIP_SYSTEM" != 1 ] && id "$SVC" >/dev/null 2>&1; then
+            userdel "$SVC" || warn "could not remove the user $SVC"
+            if getent group "$SVC" >/dev/null; then groupdel "$SVC" || true; fi
+            say "removed the user $SVC"
+        fi
+    else
+        say "kept $ETC_DIR (config), $STATE_DIR (models, state) and $CACHE_DIR;"
+        say "remove them too with: sudo $0 --uninstall --purge"
+    fi
+}
+
+if [ "$UNINSTALL" = 1 ]; then
+    uninstall
+    exit 0
+fi
+
+for f in pyproject.toml config.yaml systemd/hayakoe-pi.service; do
+    [ -f "$SRC/$f" ] || die "run me from a hayakoe-pi checkout ($SRC/$f is missing)"
+done
+
+# --- apt packages ---------------------------------------------------------------------
+APT_UPDATED=0
+apt_install() {
+    local missing=() pkg
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -gt 0 ] || return 0
+    say "apt-get install ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    if [ "$APT_UPDATED" = 0 ]; then
+        apt-get update -q
+        APT_UPDATED=1
+    fi
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+if [ "$SKIP_SYSTEM" != 1 ]; then
+    step "System packages"
+    command -v apt-get >/dev/null || die "apt-get not found: this installer is for Debian / Raspberry Pi OS"
+    apt_install "${APT_PACKAGES[@]}"
+fi
+# The system's Python, not one under /root (pyenv etc.) that the service user cannot run.
+PYTHON=/usr/bin/python3
+[ -x "$PYTHON" ] || PYTHON="$(command -v python3)" || die "python3 not found"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+    die "Python 3.11 or newer is needed (Raspberry Pi OS / Debian bookworm); $PYTHON is $("$PYTHON" -V 2>&1)"
+command -v curl >/dev/null || [ -n "$MODELS_FROM" ] || die "curl not found"
+
+# --- service user ---------------------------------------------------------------------
+if [ "$SKIP_SYSTEM" != 1 ]; then
+    step "Service user $SVC"
+    if ! getent group "$SVC" >/dev/null; then groupadd --system "$SVC"; fi
+    if ! id "$SVC" >/dev/null 2>&1; then
+        useradd --system --gid "$SVC" --groups audio --home-dir /var/lib/hayakoe-pi --no-create-home \
+            --shell /usr/sbin/nologin --comment "hayakoe-pi text to speech" "$SVC"
+        say "created the system user $SVC"
+    else
+        usermod --append --groups audio "$SVC"
+        say "the user $SVC exists"
+    fi
+fi
+
+# --- virtualenv -----------------------------------------------------------------------
+step "Python virtualenv $VENV"
+py_version() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2], sys.base_prefix)' 2>/dev/null; }
+if [ -d "$VENV" ] && [ "$(py_version "$VENV/bin/python")" != "$(py_version "$PYTHON")" ]; then
+    say "the virtualenv does not fit $PYTHON (an OS upgrade?): making it anew"
+    rm -rf "$VENV"
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+    mkdir -p "$OPT_DIR"
+    "$PYTHON" -m venv "$VENV"
+fi
+# Build from a copy, so the checkout gets no build/ or *.egg-info (and may be read-only).
+BUILD_DIR="$(mktemp -d)"
+cleanup() { rm -rf "$BUILD_DIR"; }
+trap cleanup EXIT
+tar -C "$SRC" --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.egg-info' \
+    --exclude=./tests --exclude=./bench --exclude=__pycache__ -cf - . | tar -C "$BUILD_DIR" -xf -
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+    --upgrade "$BUILD_DIR" ||
+    die "pip could not install hayakoe-pi into $VENV (see above; is PyPI reachable?)"
+say "installed $("$VENV/bin/python" -m pip --disable-pip-version-check show hayakoe-pi 2>/dev/null |
+    sed -n 's/^Version: /hayakoe-pi /p')"
+mkdir -p "$(dirname "$BIN_LINK")"
+ln -sfn /opt/hayakoe-pi/venv/bin/hayakoe-pi "$BIN_LINK"
+
+# Effective settings of a config file (omitted keys take the defaults), one per line.
+read_config() {
+    "$VENV/bin/python" - "$1" <<'EOF'
+import sys
+import yaml
+from hayakoe_pi.config import defaults
+
+cfg = defaults()
+try:
+    with open(sys.argv[1], encoding="utf-8") as f:
+        raw = yaml.safe_load(f) or {}
+except (OSError, yaml.YAMLError) as e:
+    print(f"warning: cannot read {sys.argv[1]} ({e}); using the defaults", file=sys.stderr)
+    raw = {}
+
+def get(section, key):
+    part = raw.get(section) if isinstance(raw, dict) else None
+    value = part.get(key) if isinstance(part, dict) and part.get(key) is not None else cfg[section][key]
+    return str(value).replace("\n", " ")
+
+for section, key in (("mqtt", "host"), ("mqtt", "port"), ("mqtt", "topic_prefix"),
+                     ("voice", "name"), ("models", "dir")):
+    print(get(section, key))
+EOF
+}
+
+# The repo's default config with voice.name set to $2.
+default_config_with_voice() {
+    sed -E "/^voice:/,/^[^[:space:]#]/ s/^(  name:[[:space:]]*)[^[:space:]#]+/\\1$2/" "$1"
+}
+
+# The config may hold the MQTT password: root:hayakoe-pi 0640.
+own_config() {
+    chmod 0640 "$1"
+    chown "root:$CONFIG_GROUP" "$1" 2>/dev/null || chown ":$CONFIG_GROUP" "$1"
+}
+
+# --- config ---------------------------------------------------------------------------
+step "Config $CONFIG"
+mkdir -p "$ETC_DIR"
+chmod 0755 "$ETC_DIR"
+CONFIG_IS_DEFAULT=0
+if [ ! -e "$CONFIG" ]; then
+    install -m 0640 "$SRC/config.yaml" "$CONFIG"
+    own_config "$CONFIG"
+    say "installed the default config"
+    CONFIG_IS_DEFAULT=1
+else
+    mapfile -t current < <(read_config "$CONFIG")
+    # "Untouched": the default, except perhaps for the voice this installer set.
+    if default_config_with_voice "$SRC/config.yaml" "${current[3]:-}" | cmp -s - "$CONFIG"; then
+        CONFIG_IS_DEFAULT=1
+        say "kept $CONFIG (the default settings)"
+    else
+        say "kept $CONFIG (edited by you)"
+        if ! cmp -s "$SRC/config.yaml" "$CONFIG.new" 2>/dev/null; then
+            install -m 0640 "$SRC/config.yaml" "$CONFIG.new"
+            own_config "$CONFIG.new"
+        fi
+        say "note: the default config of this version is in $CONFIG.new;"
+        say "      compare with: diff -u $CONFIG $CONFIG.new"
+    fi
+fi
+own_config "$CONFIG"
+
+mapfile -t cfg < <(read_config "$CONFIG")
+[ ${#cfg[@]} -eq 5 ] || die "could not read $CONFIG with $VENV/bin/python"
+MQTT_HOST="${cfg[0]}"
+MQTT_PORT="${cfg[1]}"
+TOPIC_PREFIX="${cfg[2]}"
+CONFIG_VOICE="${cfg[3]}"
+MODELS_DIR="$ROOT${cfg[4]}"
+
+VOICE="${VOICE_ARG:-$CONFIG_VOICE}"
+VOICE="${VOICE:-$DEFAULT_VOICE}"
+[[ "$VOICE" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || die "bad voice.name '$VOICE' in $CONFIG"
+if [ "$VOICE" != "$CONFIG_VOICE" ]; then
+    if [ "$CONFIG_IS_DEFAULT" = 1 ]; then
+        tmp="$(mktemp "$CONFIG.XXXXXX")"
+        default_config_with_voice "$SRC/config.yaml" "$VOICE" >"$tmp"
+        own_config "$tmp"
+        mv -f "$tmp" "$CONFIG"
+        say "set voice.name: $VOICE in $CONFIG"
+    else
+        warn "$CONFIG uses voice $CONFIG_VOICE; to speak with $VOICE, set voice.name: $VOICE there" \
+            "(or publish it to $TOPIC_PREFIX/voice/set)"
+    fi
+fi
+
+# --- mosquitto ------------------------------------------------------------------------
+# shellcheck disable=SC2016  # $1 and $2 belong to the inner bash
+broker_answers() { timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null; }
+
+if [ "$SKIP_SYSTEM" != 1 ]; then
+    case "$MQTT_HOST" in
+        localhost | 127.0.0.1 | ::1)
+            if broker_answers "$MQTT_HOST" "$MQTT_PORT"; then
+                step "MQTT broker: one answers on $MQTT_HOST:$MQTT_PORT, leaving it alone"
+            elif [ ! -f "$MOSQUITTO_CONF" ] && dpkg-query -W -f='${Status}' mosquitto 2>/dev/null |
+                grep -q "install ok installed"; then
+                step "MQTT broker: mosquitto is installed but nothing answers on $MQTT_HOST:$MQTT_PORT"
+                warn "not touching your mosquitto setup: start it (systemctl start mosquitto) or check its config"
+            else
+                step "MQTT broker: installing mosquitto for this machine only ($MQTT_HOST:$MQTT_PORT)"
+                apt_install mosquitto mosquitto-clients
+                listen=127.0.0.1
+                if [ "$MQTT_HOST" = "::1" ]; then listen="::1"; fi
+                mkdir -p "$(dirname "$MOSQUITTO_CONF")"
+                cat >"$MOSQUITTO_CONF" <<EOF
+# Written by hayakoe-pi's install.sh: a broker for this machine only.
+# Other machines (e.g. Home Assistant) cannot reach it; to open it up, add a
+# listener on the LAN with a password_file instead of editing this line.
+listener $MQTT_PORT $listen
+allow_anonymous true
+persistence true
+EOF
+                chmod 0644 "$MOSQUITTO_CONF"
+                say "wrote $MOSQUITTO_CONF"
+                if have_systemd; then
+                    systemctl enable mosquitto.service
+                    systemctl restart mosquitto.service
+                else
+                    say "systemd is not running: start mosquitto yourself"
+                fi
+            fi
+            ;;
+        *) step "MQTT broker: $MQTT_HOST:$MQTT_PORT (not this machine; nothing to install)" ;;
+    esac
+fi
+
+# --- models ---------------------------------------------------------------------------
+REQUIRED_FILES=(
+    onnx/bert/q8/bert_q8.onnx
+    bert/tokenizer/vocab.txt
+    bert/tokenizer/tokenizer_config.json
+    bert/tokenizer/special_tokens_map.json
+    "onnx/speakers/$VOICE/synthesizer.onnx"
+    "onnx/speakers/$VOICE/config.json"
+    "onnx/speakers/$VOICE/style_vectors.npy"
+)
+OPTIONAL_FILES=("onnx/speakers/$VOICE/duration_predictor.onnx")
+
+# Does file $1 have size $2 and sha256 $3 (each checked only when not empty)?
+# On a mismatch MISMATCH says how.
+MISMATCH=""
+file_matches() {
+    local actual
+    MISMATCH=""
+    if [ -n "$2" ]; then
+        actual="$(stat -c %s "$1")"
+        if [ "$actual" != "$2" ]; then
+            MISMATCH="size $actual bytes, expected $2"
+            return 1
+        fi
+    fi
+    if [ -n "$3" ]; then
+        actual="$(sha256sum "$1" | cut -d' ' -f1)"
+        if [ "$actual" != "$3" ]; then
+            MISMATCH="sha256 $actual, expected $3"
+            return 1
+        fi
+    fi
+    return 0
+}
+
+# HEAD headers (of every redirect hop) → "size sha256" as published: X-Linked-*
+# (Hugging Face's LFS files) else the final Content-Length/ETag; the ETag
+# counts as a checksum only when it is a 64-hex sha256 (LFS files).
+published_size_and_sha() {
+    awk '
+        /^HTTP\// { cl = ""; et = ""; next }
+        {
+            line = $0; sub(/\r$/, "", line)
+            key = tolower(line); sub(/:.*/, "", key)
+            value = line; sub(/^[^:]*:[ \t]*/, "", value); sub(/[ \t]+$/, "", value)
+            if (key == "x-linked-size" && xs == "") xs = value
+            else if (key == "x-linked-etag" && xe == "") xe = value
+            else if (key == "content-length") cl = value
+            else if (key == "etag") et = value
+        }
+        END {
+            size = (xs != "" ? xs : cl); tag = tolower(xe != "" ? xe : et)
+            sub(/^w\//, "", tag); gsub(/"/, "", tag)
+            if (size !~ /^[0-9]+$/) size = "-"
+            if (tag !~ /^[0-9a-f]+$/ || length(tag) != 64) tag = "-"
+            print size, tag
+        }' "$1"
+}
+
+CURL_PROGRESS=(-sS)
+if [ -t 2 ]; then CURL_PROGRESS=(--progress-bar); fi
+
+download() {  # download RELATIVE_PATH required|optional
+    local rel="$1" need="$2" url="$HF_BASE/$1" dest="$MODELS_DIR/$1" part="$MODELS_DIR/$1.part"
+    local headers code size sha rc
+    headers="$(mktemp)"
+    code="$(curl -sSIL --connect-timeout 20 --retry 5 -o /dev/null -D "$headers" -w '%{http_code}' "$url")" ||
+        { rm -f "$headers"; die "cannot reach $url (no network?); or install offline with --models-from DIR"; }
+    if [ "$code" = 404 ] && [ "$need" = optional ]; then
+        rm -f "$headers"
+        say "  $rel: not published (optional), skipped"
+        return 0
+    fi
+    if [ "$code" = 404 ]; then
+        rm -f "$headers"
+        die "$rel not found at $url: is '$VOICE' the name of a HayaKoe voice?"
+    fi
+    [ "$code" = 200 ] || { rm -f "$headers"; die "$url answered HTTP $code"; }
+    read -r size sha < <(published_size_and_sha "$headers")
+    rm -f "$headers"
+    [ "$size" != - ] || size=""
+    [ "$sha" != - ] || sha=""
+    if [ -f "$dest" ] && file_matches "$dest" "$size" "$sha"; then
+        say "  $rel: complete"
+        return 0
+    fi
+    mkdir -p "$(dirname "$dest")"
+    if [ -f "$part" ] && [ -n "$size" ] && [ "$(stat -c %s "$part")" -gt "$size" ]; then
+        rm -f "$part"  # longer than the published file: cannot be a prefix of it
+    fi
+    if [ -f "$part" ] && [ -n "$size" ] && [ "$(stat -c %s "$part")" = "$size" ]; then
+        say "  $rel: already downloaded, checking"
+    else
+        if [ -f "$part" ]; then
+            say "  $rel: resuming at $(stat -c %s "$part") bytes"
+        else
+            say "  $rel: downloading${size:+ ($size bytes)}"
+        fi
+        rc=0
+        curl -fL --retry 5 --connect-timeout 20 "${CURL_PROGRESS[@]}" -C - -o "$part" "$url" || rc=$?
+        if [ "$rc" = 33 ]; then  # the server cannot resume: start over
+            rm -f "$part"
+            rc=0
+            curl -fL --retry 5 --connect-timeout 20 "${CURL_PROGRESS[@]}" -o "$part" "$url" || rc=$?
+        fi
+        [ "$rc" = 0 ] || die "downloading $rel from $url failed (curl exit code $rc); run me again to resume"
+    fi
+    if ! file_matches "$part" "$size" "$sha"; then
+        rm -f "$part"
+        die "downloaded $rel is damaged: $MISMATCH (as published at $url); deleted it, run me again to retry"
+    fi
+    mv -f "$part" "$dest"
+}
+
+copy_model() {  # copy RELATIVE_PATH from $MODELS_FROM
+    local rel="$1" src="$MODELS_FROM/$1" dest="$MODELS_DIR/$1"
+    if [ -f "$dest" ] && cmp -s "$src" "$dest"; then
+        say "  $rel: complete"
+        return 0
+    fi
+    mkdir -p "$(dirname "$dest")"
+    cp -f "$src" "$dest.part"
+    chmod 0644 "$dest.part"
+    mv -f "$dest.part" "$dest"
+    say "  $rel: copied"
+}
+
+if [ -n "$MODELS_FROM" ]; then
+    step "Models: copying BERT and voice $VOICE from $MODELS_FROM to $MODELS_DIR"
+    missing=()
+    for rel in "${REQUIRED_FILES[@]}"; do
+        [ -f "$MODELS_FROM/$rel" ] || missing+=("$rel")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        die "$MODELS_FROM lacks ${missing[*]} (expected the HayaKoe layout; is '$VOICE' the voice's folder name?)"
+    fi
+    for rel in "${REQUIRED_FILES[@]}"; do copy_model "$rel"; done
+    for rel in "${OPTIONAL_FILES[@]}"; do
+        if [ -f "$MODELS_FROM/$rel" ]; then copy_model "$rel"; fi
+    done
+else
+    step "Models: BERT and voice $VOICE from $HF_BASE to $MODELS_DIR"
+    for rel in "${REQUIRED_FILES[@]}"; do download "$rel" required; done
+    for rel in "${OPTIONAL_FILES[@]}"; do download "$rel" optional; done
+fi
+
+# --- ownership ------------------------------------------------------------------------
+step "Permissions"
+mkdir -p "$STATE_DIR" "$CACHE_DIR" "$MODELS_DIR"
+chown -R "$OWNER" "$STATE_DIR" "$CACHE_DIR" "$MODELS_DIR"
+chmod 0700 "$STATE_DIR" "$CACHE_DIR"
+say "$STATE_DIR and $CACHE_DIR: owner $OWNER, mode 0700"
+
+# --- systemd --------------------------------------------------------------------------
+step "systemd service $SVC"
+mkdir -p "$(dirname "$UNIT")"
+install -m 0644 "$SRC/systemd/hayakoe-pi.service" "$UNIT"
+say "installed $UNIT"
+if have_systemd; then
+    systemctl daemon-reload
+    systemctl enable "$SVC.service"
+    if [ "$NO_START" = 1 ]; then
+        say "enabled; not started (--no-start): sudo systemctl start $SVC"
+    elif systemctl restart "$SVC.service"; then
+        say "started: $(systemctl show -P StatusText "$SVC.service")"
+    else
+        warn "the service did not start; see: journalctl -u $SVC -n 50"
+        say "check the setup with: sudo $VENV/bin/hayakoe-pi check --config /etc/hayakoe-pi/config.yaml"
+        exit 1
+    fi
+elif [ "$SKIP_SYSTEM" = 1 ] || [ -n "$ROOT" ]; then
+    say "systemctl skipped (test install)"
+else
+    say "systemd is not running here: skipped systemctl; start it on a systemd host with:"
+    say "  sudo systemctl daemon-reload && sudo systemctl enable --now $SVC"
+fi
+
+say ""
+say "Done. Make it speak: mosquitto_pub -h $MQTT_HOST -p $MQTT_PORT -t $TOPIC_PREFIX/say -m 'こんにちは'   Logs: journalctl -u $SVC -f"

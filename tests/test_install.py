@@ -1,0 +1,420 @@
+"""install.sh and systemd/hayakoe-pi.service: lint, sandbox, and real installs into a temporary root.
+
+The installs use install.sh's test hooks (HAYAKOE_ROOT: every system path under
+a temporary folder; HAYAKOE_SKIP_SYSTEM=1: no apt-get, user, mosquitto or
+systemctl). They still create a virtualenv and pip-install this checkout into
+it, from PyPI as configured on the machine: two fresh installs (one copying the
+fixture models, one downloading them from a local stand-in for Hugging Face),
+then quicker re-runs.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import FIXTURE_MODELS, REPO
+
+INSTALL = REPO / "install.sh"
+UNIT = REPO / "systemd" / "hayakoe-pi.service"
+SYSTEM_UNITS = next((p for p in (Path("/usr/lib/systemd/system"), Path("/lib/systemd/system"))
+                     if (p / "sysinit.target").exists()), None)
+SHARED = ["onnx/bert/q8/bert_q8.onnx", "bert/tokenizer/vocab.txt",
+          "bert/tokenizer/tokenizer_config.json", "bert/tokenizer/special_tokens_map.json"]
+VOICE_FILES = ["synthesizer.onnx", "config.json", "style_vectors.npy"]
+LFS_SUFFIXES = (".onnx", ".npy")  # served like Hugging Face's LFS files: redirect + X-Linked-*
+
+needs_systemd_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None,
+                                           reason="systemd-analyze not installed")
+
+
+def voice_files(voice: str, durations: bool = True) -> list[str]:
+    names = VOICE_FILES + (["duration_predictor.onnx"] if durations else [])
+    return SHARED + [f"onnx/speakers/{voice}/{n}" for n in names]
+
+
+def run_install(root: Path, *args: str, env: dict | None = None, check: bool = True):
+    e = dict(os.environ, HAYAKOE_ROOT=str(root), HAYAKOE_SKIP_SYSTEM="1")
+    e.update(env or {})
+    p = subprocess.run(["bash", str(INSTALL), *args], env=e, capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=900)
+    if check:
+        assert p.returncode == 0, f"install.sh {' '.join(args)} failed:\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def unit_settings(path: Path = UNIT) -> dict[str, list[str]]:
+    settings: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", ";", "[")) and "=" in line:
+            key, value = line.split("=", 1)
+            settings.setdefault(key.strip(), []).append(value.strip())
+    return settings
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# --- static checks ------------------------------------------------------------------------
+
+def test_install_sh_is_shellcheck_clean():
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck not installed")
+    p = subprocess.run(["shellcheck", "--shell=bash", str(INSTALL)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_install_sh_parses_and_explains_itself():
+    subprocess.run(["bash", "-n", str(INSTALL)], check=True)
+    help_text = subprocess.run(["bash", str(INSTALL), "--help"], capture_output=True, text=True,
+                               check=True).stdout
+    for option in ("--voice", "--models-from", "--uninstall", "--purge", "--no-start"):
+        assert option in help_text
+    bad = subprocess.run(["bash", str(INSTALL), "--frobnicate"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "unknown option: --frobnicate" in bad.stderr
+    purge = subprocess.run(["bash", str(INSTALL), "--purge"], capture_output=True, text=True)
+    assert purge.returncode != 0 and "--uninstall" in purge.stderr
+
+
+def test_unit_has_the_service_contract():
+    s = unit_settings()
+    assert s["Type"] == ["notify"] and s["NotifyAccess"] == ["main"]
+    assert s["ExecStart"] == ["/opt/hayakoe-pi/venv/bin/hayakoe-pi run --config /etc/hayakoe-pi/config.yaml"]
+    assert s["User"] == ["hayakoe-pi"] and s["Group"] == ["hayakoe-pi"]
+    assert s["SupplementaryGroups"] == ["audio"]
+    # The daemon stops feeding the watchdog after 90 s without progress.
+    assert int(s["WatchdogSec"][0]) > 90
+    assert s["Restart"] == ["on-failure"] and s["RestartSec"] == ["5"]
+    assert "StartLimitBurst" in s and "StartLimitIntervalSec" in s
+    assert s["StateDirectory"] == ["hayakoe-pi"] and s["CacheDirectory"] == ["hayakoe-pi"]
+    assert s["UMask"] == ["0077"] and s["TimeoutStopSec"] == ["10"]
+    # The sound card must stay reachable: no PrivateDevices/PrivateUsers, ALSA allowed.
+    assert s.get("PrivateDevices", ["no"]) == ["no"]
+    assert s.get("PrivateUsers", ["no"]) == ["no"]
+    assert s["DevicePolicy"] == ["closed"] and s["DeviceAllow"] == ["char-alsa rw"]
+    families = " ".join(s["RestrictAddressFamilies"]).split()
+    assert {"AF_UNIX", "AF_INET", "AF_INET6"} <= set(families)
+
+
+@needs_systemd_analyze
+def test_unit_verifies_clean(tmp_path):
+    """`systemd-analyze verify` in a root where ExecStart exists (a stub) and the system units too."""
+    if SYSTEM_UNITS is None:
+        pytest.skip("no systemd unit directory with sysinit.target on this machine")
+    root = tmp_path / "root"
+    exe = root / unit_settings()["ExecStart"][0].split()[0].lstrip("/")
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    (root / "etc/systemd/system").mkdir(parents=True)
+    shutil.copy(UNIT, root / "etc/systemd/system" / UNIT.name)
+    shutil.copytree(SYSTEM_UNITS, root / "usr/lib/systemd/system", symlinks=True)
+    p = subprocess.run(["systemd-analyze", "verify", f"--root={root}", UNIT.name],
+                       capture_output=True, text=True, env=dict(os.environ, SYSTEMD_COLORS="0"))
+    ours = [line for line in (p.stdout + p.stderr).splitlines() if "hayakoe-pi" in line]
+    assert p.returncode == 0 and not ours, p.stdout + p.stderr
+
+
+@needs_systemd_analyze
+def test_unit_sandbox_exposure_is_at_most_2():
+    p = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", str(UNIT)],
+                       capture_output=True, text=True, env=dict(os.environ, SYSTEMD_COLORS="0"))
+    m = re.search(r"Overall exposure level for hayakoe-pi\.service: (\d+(?:\.\d+)?)", p.stdout)
+    assert m, p.stdout + p.stderr
+    print(f"exposure {m.group(1)}")
+    assert float(m.group(1)) <= 2.0, p.stdout
+
+
+# --- install from a local models folder ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("root")
+    p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--no-start")
+    return root, p
+
+
+def test_install_lays_everything_out(installed):
+    root, p = installed
+    venv = root / "opt/hayakoe-pi/venv"
+    assert (venv / "bin/python").exists()
+    exe = root / unit_settings()["ExecStart"][0].split()[0].lstrip("/")
+    assert os.access(exe, os.X_OK), "the unit's ExecStart is not what install.sh installs"
+    assert os.readlink(root / "usr/local/bin/hayakoe-pi") == "/opt/hayakoe-pi/venv/bin/hayakoe-pi"
+
+    config = root / "etc/hayakoe-pi/config.yaml"
+    assert mode(config) == 0o640
+    settings = yaml.safe_load(config.read_text())
+    assert settings["voice"]["name"] == "tiny-voice"  # the untouched default took --voice
+    assert not (root / "etc/hayakoe-pi/config.yaml.new").exists()
+
+    models = root / "var/lib/hayakoe-pi/models"
+    for rel in voice_files("tiny-voice"):
+        assert filecmp.cmp(models / rel, FIXTURE_MODELS / rel, shallow=False), rel
+    assert not (models / "onnx/speakers/tiny-voice-nodur").exists()  # only the chosen voice
+    assert not list(models.rglob("*.part"))
+    assert mode(root / "var/lib/hayakoe-pi") == 0o700
+    assert mode(root / "var/cache/hayakoe-pi") == 0o700
+
+    assert (root / "etc/systemd/system/hayakoe-pi.service").read_bytes() == UNIT.read_bytes()
+    last = p.stdout.strip().splitlines()[-1]
+    assert "mosquitto_pub -h localhost -p 1883 -t hayakoe/say" in last and "journalctl -u hayakoe-pi -f" in last
+    assert "systemctl skipped" in p.stdout
+
+
+def test_installed_command_works(installed, tmp_path):
+    root, _ = installed
+    exe = root / "opt/hayakoe-pi/venv/bin/hayakoe-pi"
+    models = root / "var/lib/hayakoe-pi/models"
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"), HOME=str(tmp_path))
+    env.pop("PYTHONPATH", None)  # the venv's own copy, not the checkout
+    p = subprocess.run([str(exe), "frontend", "--models", str(models), "こんにちは"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["phones"]
+
+    # `check` on the installed config, its paths moved into the test root.
+    config = yaml.safe_load((root / "etc/hayakoe-pi/config.yaml").read_text())
+    config["models"]["dir"] = str(models)
+    config["state"]["file"] = str(tmp_path / "state.json")
+    config["cache"]["dir"] = str(tmp_path / "cache")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    p = subprocess.run([str(exe), "check", "--config", str(tmp_path / "c.yaml")],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert re.search(r"^ok +models: .*voice tiny-voice", p.stdout, re.M), p.stdout + p.stderr
+
+
+def test_rerun_is_idempotent_and_keeps_user_edits(installed):
+    root, _ = installed
+    config = root / "etc/hayakoe-pi/config.yaml"
+    new = root / "etc/hayakoe-pi/config.yaml.new"
+    models = root / "var/lib/hayakoe-pi/models"
+    before = config.read_bytes()
+
+    p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--no-start")
+    assert config.read_bytes() == before and not new.exists()
+    assert "bert_q8.onnx: complete" in p.stdout and "copied" not in p.stdout
+
+    # The user edits the config: a re-run keeps it and puts the new default beside it.
+    edited = before.replace(b"level: INFO", b"level: DEBUG")
+    assert edited != before
+    config.write_bytes(edited)
+    p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--no-start")
+    assert config.read_bytes() == edited
+    assert mode(config) == 0o640
+    assert new.read_bytes() == (REPO / "config.yaml").read_bytes() and mode(new) == 0o640
+    assert "config.yaml.new" in p.stdout
+
+    # Another voice: installed, but an edited config is not changed, only pointed out.
+    p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "tiny-voice-nodur", "--no-start")
+    assert config.read_bytes() == edited
+    assert "set voice.name: tiny-voice-nodur" in p.stderr
+    for rel in voice_files("tiny-voice-nodur", durations=False):
+        assert filecmp.cmp(models / rel, FIXTURE_MODELS / rel, shallow=False), rel
+
+
+def test_models_from_a_folder_without_the_voice_fails_clearly(installed, tmp_path):
+    root, _ = installed
+    p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "no-such-voice", "--no-start",
+                    check=False)
+    assert p.returncode != 0
+    assert "onnx/speakers/no-such-voice/synthesizer.onnx" in p.stderr
+
+
+# --- download from a stand-in for Hugging Face -------------------------------------------
+
+class FakeHub(BaseHTTPRequestHandler):
+    """Serves FIXTURE_MODELS like huggingface.co/<repo>/resolve/main/<path>.
+
+    LFS files (.onnx, .npy) answer with a redirect carrying X-Linked-Size and
+    X-Linked-ETag (the sha256) to a "CDN" path whose own ETag is no checksum;
+    other files answer directly with a git-blob-like ETag (size check only).
+    The CDN honours Range requests, so downloads can resume.
+    """
+
+    protocol_version = "HTTP/1.1"
+    requests: list[tuple[str, str, str | None]] = []
+    lies: set[str] = set()  # paths whose published sha256 is wrong
+
+    def log_message(self, *args):
+        pass
+
+    def do_HEAD(self):
+        self._answer(body=False)
+
+    def do_GET(self):
+        self._answer(body=True)
+
+    def _answer(self, body: bool):
+        FakeHub.requests.append((self.command, self.path, self.headers.get("Range")))
+        for prefix, cdn in (("/resolve/main/", False), ("/cdn/", True)):
+            if self.path.startswith(prefix):
+                rel = self.path[len(prefix):]
+                break
+        else:
+            return self._empty(404)
+        path = FIXTURE_MODELS / rel
+        if ".." in rel or not path.is_file():
+            return self._empty(404)
+        data = path.read_bytes()
+        if rel.endswith(LFS_SUFFIXES) and not cdn:
+            sha = hashlib.sha256(b"lie" if rel in FakeHub.lies else data).hexdigest()
+            return self._empty(302, {"Location": f"/cdn/{rel}", "X-Linked-Size": str(len(data)),
+                                     "X-Linked-ETag": f'"{sha}"', "ETag": f'"{hashlib.sha1(data).hexdigest()}"'})
+        etag = "cdn-etag-not-a-checksum" if cdn else hashlib.sha1(data).hexdigest()
+        status, start = 200, 0
+        m = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
+        if m and cdn:
+            start = int(m.group(1))
+            if start >= len(data):
+                return self._empty(416, {"Content-Range": f"bytes */{len(data)}"})
+            status = 206
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data) - start))
+        self.send_header("ETag", f'"{etag}"')
+        self.send_header("Accept-Ranges", "bytes")
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.end_headers()
+        if body:
+            self.wfile.write(data[start:])
+
+    def _empty(self, status: int, headers: dict | None = None):
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+@pytest.fixture(scope="module")
+def hub():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/resolve/main"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def downloaded(tmp_path_factory, hub):
+    root = tmp_path_factory.mktemp("dlroot")
+    FakeHub.requests.clear()
+    p = run_install(root, "--voice", "tiny-voice", "--no-start", env={"HAYAKOE_HF_BASE": hub})
+    return root, p
+
+
+def download_again(root: Path, hub: str, *args: str, check: bool = True):
+    FakeHub.requests.clear()
+    return run_install(root, "--no-start", *args, env={"HAYAKOE_HF_BASE": hub}, check=check)
+
+
+def test_fresh_download(downloaded):
+    root, p = downloaded
+    models = root / "var/lib/hayakoe-pi/models"
+    for rel in voice_files("tiny-voice"):
+        assert filecmp.cmp(models / rel, FIXTURE_MODELS / rel, shallow=False), rel
+    assert not list(models.rglob("*.part"))
+    heads = {path for method, path, _ in FakeHub.requests if method == "HEAD"}
+    assert "/resolve/main/onnx/speakers/tiny-voice/duration_predictor.onnx" in heads
+
+
+def test_complete_files_are_not_downloaded_again(downloaded, hub):
+    root, _ = downloaded
+    p = download_again(root, hub, "--voice", "tiny-voice")
+    assert not [r for r in FakeHub.requests if r[0] == "GET"], FakeHub.requests
+    assert p.stdout.count(": complete") == len(voice_files("tiny-voice"))
+
+
+def test_partial_download_is_resumed(downloaded, hub):
+    root, _ = downloaded
+    rel = "onnx/speakers/tiny-voice/synthesizer.onnx"
+    final = root / "var/lib/hayakoe-pi/models" / rel
+    data = (FIXTURE_MODELS / rel).read_bytes()
+    final.unlink()
+    final.with_name(final.name + ".part").write_bytes(data[:len(data) // 2])
+    download_again(root, hub, "--voice", "tiny-voice")
+    assert final.read_bytes() == data
+    assert not final.with_name(final.name + ".part").exists()
+    gets = [(path, rng) for method, path, rng in FakeHub.requests if method == "GET"]
+    assert gets and all(rel in path for path, _ in gets), gets  # nothing else fetched
+    assert (f"/cdn/{rel}", f"bytes={len(data) // 2}-") in gets
+
+
+def test_corrupted_download_fails_and_leaves_nothing(downloaded, hub):
+    root, _ = downloaded
+    rel = "onnx/speakers/tiny-voice/style_vectors.npy"
+    final = root / "var/lib/hayakoe-pi/models" / rel
+    final.unlink()
+    FakeHub.lies.add(rel)
+    try:
+        p = download_again(root, hub, "--voice", "tiny-voice", check=False)
+    finally:
+        FakeHub.lies.discard(rel)
+    assert p.returncode != 0
+    assert rel in p.stderr and "sha256" in p.stderr, p.stderr
+    print(p.stderr)
+    assert not final.exists() and not final.with_name(final.name + ".part").exists()
+    # A re-run against an honest server repairs it.
+    download_again(root, hub, "--voice", "tiny-voice")
+    assert final.read_bytes() == (FIXTURE_MODELS / rel).read_bytes()
+
+
+def test_voice_without_duration_predictor_and_unknown_voice(downloaded, hub):
+    root, _ = downloaded
+    config = root / "etc/hayakoe-pi/config.yaml"
+    p = download_again(root, hub, "--voice", "tiny-voice-nodur")
+    assert "duration_predictor.onnx: not published (optional), skipped" in p.stdout
+    models = root / "var/lib/hayakoe-pi/models"
+    for rel in voice_files("tiny-voice-nodur", durations=False):
+        assert filecmp.cmp(models / rel, FIXTURE_MODELS / rel, shallow=False), rel
+    # The config was still the installer's default, so it follows --voice.
+    assert yaml.safe_load(config.read_text())["voice"]["name"] == "tiny-voice-nodur"
+
+    p = download_again(root, hub, "--voice", "no-such-voice", check=False)
+    assert p.returncode != 0
+    assert "onnx/speakers/no-such-voice/synthesizer.onnx not found" in p.stderr
+
+
+# --- uninstall ----------------------------------------------------------------------------
+
+def test_uninstall_keeps_data_and_purge_removes_it(tmp_path):
+    root = tmp_path / "root"
+    unit = root / "etc/systemd/system/hayakoe-pi.service"
+    venv_python = root / "opt/hayakoe-pi/venv/bin/python"
+    link = root / "usr/local/bin/hayakoe-pi"
+    config = root / "etc/hayakoe-pi/config.yaml"
+    model = root / "var/lib/hayakoe-pi/models/onnx/bert/q8/bert_q8.onnx"
+    cache = root / "var/cache/hayakoe-pi/x.wav"
+    for f in (unit, venv_python, config, model, cache):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("x")
+    link.parent.mkdir(parents=True)
+    link.symlink_to("/opt/hayakoe-pi/venv/bin/hayakoe-pi")
+
+    p = run_install(root, "--uninstall")
+    assert not unit.exists() and not (root / "opt/hayakoe-pi").exists() and not link.is_symlink()
+    assert config.exists() and model.exists() and cache.exists()
+    assert "--purge" in p.stdout
+
+    run_install(root, "--uninstall")  # again: nothing left to do, no error
+    run_install(root, "--uninstall", "--purge")
+    for d in ("etc/hayakoe-pi", "var/lib/hayakoe-pi", "var/cache/hayakoe-pi"):
+        assert not (root / d).exists(), d
