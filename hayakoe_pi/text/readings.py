@@ -53,8 +53,10 @@ Other Latin words are left as they are for the caller.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path
 
+import pyopenjtalk
 import yaml
 
 __all__ = ["expand_readings", "number_to_kanji"]
@@ -328,8 +330,21 @@ def _money(m: re.Match) -> str:
     return out + word + (m["c_dup"] if m["c_dup"] and m["c_dup"] != word else "")
 
 
+@lru_cache(maxsize=4096)
+def _dictionary_acronym(letters: str) -> str | None:
+    """OpenJTalk's own reading of a capital-letter word it knows as a noun (NHK, ABC, JR).
+
+    The reference front end reads such words from the same dictionary, so
+    plain text keeps the same sound; unknown ones are spelled by letter names.
+    """
+    features = pyopenjtalk.run_frontend(letters)
+    if len(features) != 1 or features[0]["pos"] != "名詞" or not features[0]["pron"]:
+        return None
+    return features[0]["pron"].replace("’", "")
+
+
 def _acronym(m: re.Match) -> str:
-    out = "".join(_LETTERS[c] for c in m["ac_l"])
+    out = _dictionary_acronym(m["ac_l"]) or "".join(_LETTERS[c] for c in m["ac_l"])
     return out + (_english_number(m["ac_n"]) if m["ac_n"] else "")
 
 
