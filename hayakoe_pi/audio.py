@@ -40,6 +40,22 @@ def _device_arg(device: str | int | None):
     return device
 
 
+def rescan_devices() -> None:
+    """Restart PortAudio so it lists the sound cards (and ALSA config) present now.
+
+    PortAudio takes its device list once; without this a USB speaker that was
+    unplugged and plugged in again stays missing until the daemon restarts.
+    Only call it while no stream is open.
+    """
+    import sounddevice as sd
+
+    try:
+        sd._terminate()
+        sd._initialize()
+    except sd.PortAudioError:
+        pass
+
+
 def check_device(device: str | int | None) -> str:
     """Name of the output device, or AudioError saying what exists instead."""
     import sounddevice as sd
@@ -69,11 +85,17 @@ class Player:
     def __init__(self, device: str | int | None = "default", fade_ms: float = 8.0):
         self.device = device
         self.fade_ms = fade_ms
+        self._progress = None
 
-    def play(self, chunks, sample_rate: int, volume: float = 1.0, stop=None) -> bool:
-        """Play all chunks; False if `stop` (a threading.Event) cut it short."""
+    def play(self, chunks, sample_rate: int, volume: float = 1.0, stop=None, progress=None) -> bool:
+        """Play all chunks; False if `stop` (a threading.Event) cut it short.
+
+        `progress()` is called after every block written: a sign of life for
+        the watchdog, since a wedged device blocks the write.
+        """
         import sounddevice as sd
 
+        self._progress = progress
         fade = max(1, int(sample_rate * self.fade_ms / 1000))
         ramp = np.linspace(0.0, 1.0, fade, dtype=np.float32)
         try:
@@ -109,6 +131,8 @@ class Player:
             if stop is not None and stop.is_set():
                 return start
             stream.write(np.clip(data[start:start + self.BLOCK], -1.0, 1.0).reshape(-1, 1))
+            if self._progress:
+                self._progress()
         return data.size
 
     @staticmethod

@@ -59,6 +59,7 @@ SCHEMA: dict[str, Any] = {
         "max_text_chars": (1000, int, (1, 100000)),
     },
     "state": {"file": ("/var/lib/hayakoe-pi/state.json", str)},
+    "watchdog": {"stuck_seconds": (90.0, _NUMBER, (1.0, 3600.0))},
     "log": {"level": ("INFO", str)},
 }
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")

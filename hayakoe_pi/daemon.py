@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import signal
 import threading
 import time
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from . import sdnotify
-from .audio import AudioError, Player, check_device
+from .audio import AudioError, Player, check_device, rescan_devices
 from .cache import PhraseCache, cache_key, files_fingerprint
 from .config import voice_styles
 from .engine import Engine, TextError
@@ -41,7 +42,6 @@ EVENT_TEXT_CHARS = 200  # events quote at most this much of the text
 MAX_ID_CHARS = 128
 REMEMBERED_IDS = 1000  # ids seen recently, to drop messages the broker delivers twice
 AUDIO_ATTEMPTS = 3
-STUCK_AFTER_S = 90.0  # no progress for this long: stop feeding the systemd watchdog
 
 
 class RequestError(ValueError):
@@ -166,7 +166,11 @@ class Daemon:
         """The worker is alive and, if busy, has made progress recently."""
         if not self.worker.is_alive():
             return False
-        return not self.busy or time.monotonic() - self.progress < STUCK_AFTER_S
+        stuck_after = self.config["watchdog"]["stuck_seconds"]
+        return not self.busy or time.monotonic() - self.progress < stuck_after
+
+    def _alive(self) -> None:
+        self.progress = time.monotonic()
 
     # --- MQTT intake (network thread) ----------------------------------------------------
 
@@ -218,7 +222,7 @@ class Daemon:
             raw = payload.decode("utf-8")
         except UnicodeDecodeError:
             raise RequestError("payload is not valid UTF-8 text") from None
-        if raw.lstrip().startswith("{"):
+        if raw.lstrip().startswith(("{", "[")):
             job = self._parse_json(raw)
         else:
             job = Job(id=uuid.uuid4().hex[:12], text=raw)
@@ -239,6 +243,8 @@ class Daemon:
         try:
             data = json.loads(raw)
         except (json.JSONDecodeError, RecursionError) as e:
+            if raw.lstrip().startswith("["):  # "[お知らせ]…" is text, not broken JSON
+                return Job(id=uuid.uuid4().hex[:12], text=raw)
             raise RequestError(f"invalid JSON: {getattr(e, 'msg', e)}") from None
         if not isinstance(data, dict):
             raise RequestError("JSON payload must be an object")
@@ -372,7 +378,7 @@ class Daemon:
 
         def synthesized():
             for chunk in self.engine.stream(job.text, style=style, style_weight=weight, speed=speed):
-                self.progress = time.monotonic()
+                self._alive()
                 collected.append(chunk)
                 yield chunk
 
@@ -408,8 +414,10 @@ class Daemon:
             # what was synthesized so far (all of it when cached), then the rest as it comes;
             # a retry so starts the utterance over
             chunks = itertools.chain(list(collected), source)
+            if attempt > 1:
+                rescan_devices()  # a card plugged in (again) meanwhile is found
             try:
-                return self.player.play(chunks, sr, volume, stop=self.cut)
+                return self.player.play(chunks, sr, volume, stop=self.cut, progress=self._alive)
             except AudioError as e:
                 wait = self.config["audio"]["retry_seconds"]
                 last = attempt == AUDIO_ATTEMPTS
@@ -457,6 +465,7 @@ def run(config: dict) -> int:
     """`hayakoe-pi run`: load everything, then serve until stopped."""
     from .config import check_models
 
+    os.umask(0o077)  # cache, split models and state are the service's alone, under systemd or not
     check_models(config)
     sdnotify.notify("STATUS=loading models")
     started = time.monotonic()

@@ -144,7 +144,7 @@ class Engine:
         if not sentences:
             raise TextError("nothing to speak: the text is empty")
         analyses = [self.analyze(t) for t in sentences]
-        if not any(c not in PUNCTUATIONS for a in analyses for c in a.norm):
+        if not any(c not in PUNCTUATIONS and c != "ー" for a in analyses for c in a.norm):
             raise TextError(f"nothing to speak in {text[:80]!r}: no readable characters")
         length_scale = 1.0 / speed
         features = self._bert_features(analyses)

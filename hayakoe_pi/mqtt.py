@@ -95,6 +95,7 @@ class BrokerLink:
         self._on_message = on_message
         self._on_connected = on_connected
         self.connected = False
+        self._stopping = False
         c = paho.Client(CallbackAPIVersion.VERSION2, client_id=mqtt_config["client_id"],
                         clean_session=False, protocol=paho.MQTTv311)
         c.will_set(topics.status, "offline", qos=1, retain=True)
@@ -122,6 +123,7 @@ class BrokerLink:
         self.client.loop_start()
 
     def stop(self) -> None:
+        self._stopping = True
         if self.connected:
             self.publish(self.topics.status, "offline", retain=True).wait_for_publish(2)
         self.client.disconnect()
@@ -149,7 +151,7 @@ class BrokerLink:
         self._on_connected()
 
     def _disconnected(self, client, userdata, flags, reason_code, properties) -> None:
-        if self.connected:
+        if self.connected and not self._stopping:
             log.warning("disconnected from MQTT broker %s (%s); reconnecting", self.where, reason_code)
         self.connected = False
 
@@ -158,6 +160,13 @@ class BrokerLink:
                     self.where)
 
     def _message(self, client, userdata, message) -> None:
+        t = self.topics
+        if message.retain and message.topic in (t.say, t.prepare, t.stop):
+            # The broker hands a retained command out again on every (re)subscription,
+            # i.e. after each reconnect: it is an old message, not a new request.
+            log.warning("ignoring a retained message on %s (publish commands without retain)",
+                        message.topic)
+            return
         try:
             self._on_message(message.topic, message.payload)
         except Exception:  # never let one message kill the network thread

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import queue
 import shutil
 import signal
@@ -55,6 +56,8 @@ class Mosquitto:
             f"listener {self.port} 127.0.0.1\n"
             + (self.extra_conf or "allow_anonymous true\n")
             + f"persistence true\npersistence_location {self.workdir}/\n"
+            # as root mosquitto would switch to its own user and fail to save its database here
+            + (f"user {pwd.getpwuid(os.getuid()).pw_name}\n" if os.getuid() == 0 else "")
         )
         self.proc = subprocess.Popen([MOSQUITTO, "-c", str(self.conf)], stdout=subprocess.DEVNULL,
                                      stderr=open(self.workdir / "mosquitto.log", "ab"))
@@ -83,18 +86,19 @@ class AlsaSink:
     interrupt can be tested. Everything played lands in `raw` (float32 mono).
     """
 
-    def __init__(self, workdir: Path, sample_rate: int = 44100, bytes_per_frame: int = 4):
+    def __init__(self, workdir: Path, sample_rate: int = 44100, bytes_per_frame: int = 4,
+                 paced: bool = True):
         self.home = workdir / "home"
         self.home.mkdir(parents=True, exist_ok=True)
         self.fifo = workdir / "alsa.fifo"
         self.raw = workdir / "played.raw"
-        self.rate = sample_rate * bytes_per_frame
+        self.rate = sample_rate * bytes_per_frame if paced else float("inf")
         os.mkfifo(self.fifo)
         self.raw.write_bytes(b"")
-        (self.home / ".asoundrc").write_text(
-            f'pcm.!default {{ type file; slave.pcm "null"; file "{self.fifo}"; format "raw" }}\n'
-        )
+        self.set_named_device(None)
         self._stop = threading.Event()
+        self._running = threading.Event()
+        self._running.set()
         self._thread = threading.Thread(target=self._drain, daemon=True)
         self._thread.start()
 
@@ -103,6 +107,7 @@ class AlsaSink:
             with open(self.fifo, "rb", buffering=0) as f, open(self.raw, "ab") as out:
                 started, got = time.monotonic(), 0
                 while True:
+                    self._running.wait()
                     block = f.read(8192)
                     if not block:
                         break
@@ -113,11 +118,31 @@ class AlsaSink:
                     if ahead > 0:
                         time.sleep(ahead)
 
+    def set_named_device(self, name: str | None) -> None:
+        """Besides `default`, offer (or withdraw, with None) a card called `name`.
+
+        Takes effect when PortAudio next scans for devices, as a USB speaker
+        plugged in or pulled out would.
+        """
+        sink = f'type file; slave.pcm "null"; file "{self.fifo}"; format "raw"'
+        text = f"pcm.!default {{ {sink} }}\n"
+        if name:
+            text += f'pcm.{name} {{ {sink}; hint {{ show on; description "test card" }} }}\n'
+        (self.home / ".asoundrc").write_text(text)
+
+    def pause(self) -> None:
+        """Stop draining: the next writes block, like a wedged sound card."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
     def played_seconds(self) -> float:
         return self.raw.stat().st_size / self.rate
 
     def stop(self) -> None:
         self._stop.set()
+        self._running.set()
         try:  # unblock a reader waiting for a writer
             fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
             os.close(fd)
@@ -211,12 +236,20 @@ def write_config(path: Path, port: int, prefix: str, workdir: Path, **sections) 
 
 
 class DaemonProcess:
-    def __init__(self, config: Path, home: Path, log: Path):
-        env = dict(os.environ, HOME=str(home), PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-        env.pop("NOTIFY_SOCKET", None)
+    def __init__(self, config: Path, home: Path, log: Path, env: dict | None = None):
+        env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1",
+               **(env or {})}
+        if "NOTIFY_SOCKET" not in (env or {}):
+            env.pop("NOTIFY_SOCKET", None)
         self.log = log
         self.proc = subprocess.Popen([sys.executable, "-m", "hayakoe_pi.cli", "run", "--config", str(config)],
                                      env=env, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError("no VmRSS")
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -230,3 +263,103 @@ class DaemonProcess:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+
+class NotifySocket:
+    """Stands in for systemd: records what the daemon sends to $NOTIFY_SOCKET."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.received: list[tuple[float, str]] = []
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.2)
+        self._stop = threading.Event()
+        threading.Thread(target=self._listen, daemon=True).start()
+
+    def _listen(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(4096)
+            except OSError:
+                continue
+            for field in data.decode().splitlines():
+                self.received.append((time.monotonic(), field))
+
+    def since(self, t: float, field: str) -> int:
+        return sum(1 for when, f in self.received if when >= t and f == field)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+
+
+class SessionProbe(Probe):
+    """A Probe that survives broker restarts and can log in.
+
+    Own persistent session (fixed client id, clean_session off) unless told
+    otherwise, so the broker queues what it misses while the broker restarts;
+    subscribes again on every connect; optional user name, password and TLS CA.
+    Deliveries flagged DUP that repeat an earlier payload (the broker
+    resending after a restart) are kept in `dups`, not in `messages`/`events`.
+    """
+
+    def __init__(self, port: int, prefix: str, discovery_prefix: str = "homeassistant",
+                 client_id: str | None = None, clean_session: bool = False,
+                 username: str | None = None, password: str | None = None,
+                 ca_file: str | Path | None = None, wait: float = 10.0):
+        self.messages = []
+        self.events = queue.Queue()
+        self.event_log: list[dict] = []  # every event, in order of arrival
+        self.dups: list[tuple[str, bytes]] = []
+        self.prefix = prefix
+        self.topics = [(f"{prefix}/#", 1), (f"{discovery_prefix}/#", 1)]
+        self.connected = threading.Event()
+        self.refused: list = []
+        self.published: set[int] = set()
+        self._seen: set[tuple[str, bytes]] = set()
+        self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id or f"probe-{free_port()}",
+                                  clean_session=clean_session, protocol=paho.MQTTv311)
+        if username is not None:
+            self.client.username_pw_set(username, password)
+        if ca_file is not None:
+            self.client.tls_set(ca_certs=str(ca_file))
+        self.client.reconnect_delay_set(min_delay=0.3, max_delay=1)
+        self.client.on_message = self._on_message
+        self.client.on_connect = self._on_connect
+        self.client.on_disconnect = lambda *a: self.connected.clear()
+        self.client.on_publish = lambda client, userdata, mid, rc, props: self.published.add(mid)
+        self.client.connect_async("127.0.0.1", port, keepalive=5)
+        self.client.loop_start()
+        if wait:
+            wait_for(lambda: self.connected.is_set() or self.refused, wait, what="the probe to connect")
+            if self.refused:
+                self.close()  # or paho would keep on trying
+                raise AssertionError(f"probe refused by the broker: {self.refused[-1]}")
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
+        if reason_code.is_failure:
+            self.refused.append(reason_code)
+            return
+        if not flags.session_present:  # a resumed session keeps its subscriptions (and no retained replay)
+            client.subscribe(self.topics)
+        self.connected.set()
+
+    def _on_message(self, client, userdata, msg) -> None:
+        key = (msg.topic, bytes(msg.payload))
+        if msg.dup and key in self._seen:
+            self.dups.append(key)
+            return
+        self._seen.add(key)
+        super()._on_message(client, userdata, msg)
+        if msg.topic == f"{self.prefix}/event":
+            self.event_log.append(json.loads(msg.payload))
+
+    def publish_nowait(self, subtopic: str, payload, qos: int = 1):
+        """Hand a message to paho; it is sent (again) once connected. Returns its mid."""
+        if isinstance(payload, (dict, list)):
+            payload = json.dumps(payload, ensure_ascii=False)
+        return self.client.publish(f"{self.prefix}/{subtopic}", payload, qos=qos).mid
+
+    def count(self, event: str, id) -> int:
+        return sum(1 for e in self.event_log if e.get("event") == event and e.get("id") == id)
