@@ -357,18 +357,18 @@ class Daemon:
 
     def _speak(self, job: Job) -> None:
         s = self.settings
-        voice = job.voice or s.voice
+        voice_name = job.voice or s.voice
         try:
-            self.engine.use_voice(voice)
+            voice = self.store.voice(voice_name)
         except (ModelError, ValueError) as e:
-            self._error(f"voice {voice} cannot be used: {e}", job.id, job.text)
+            self._error(f"voice {voice_name} cannot be used: {e}", job.id, job.text)
             return
-        style = job.style or (s.style if s.style in self.engine.styles else self.engine.styles[0])
+        style = job.style or (s.style if s.style in voice.styles else next(iter(voice.styles)))
         speed = job.speed if job.speed is not None else self.config["voice"]["speed"]
         weight = self.config["voice"]["style_weight"]
-        sr = self.engine.sample_rate
-        key = cache_key(job.text, voice, style, weight, speed,
-                        files_fingerprint([*self.engine.voice.files, self.store.bert.path]))
+        sr = voice.sample_rate
+        key = cache_key(job.text, voice_name, style, weight, speed,
+                        files_fingerprint([*voice.files, self.store.bert.path]))
         cached = self.cache.get(key, sr)
 
         if job.play:
@@ -377,7 +377,8 @@ class Daemon:
         collected: list[np.ndarray] = []
 
         def synthesized():
-            for chunk in self.engine.stream(job.text, style=style, style_weight=weight, speed=speed):
+            for chunk in self.engine.stream(job.text, style=style, style_weight=weight, speed=speed,
+                                            voice=voice_name):
                 self._alive()
                 collected.append(chunk)
                 yield chunk

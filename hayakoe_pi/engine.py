@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +105,7 @@ class Engine:
                  window_frames: int = DECODER_WINDOW_FRAMES):
         self.store = store or ModelStore(models_dir)
         self.window_frames = window_frames
+        self._lock = threading.Lock()
         self.voice: Voice = self.store.voice(voice)
         self.speaker = self.voice.speaker_id(speaker)
 
@@ -134,31 +136,50 @@ class Engine:
 
     def stream(self, text: str, style: str = "Neutral", style_weight: float = 1.0,
                speed: float = 1.0, sdp_ratio: float = 0.2, noise: float = 0.6,
-               noise_w: float = 0.8) -> Iterator[np.ndarray]:
-        """Float32 chunks in playing order, each as soon as it is synthesized."""
-        s = SynthesisSettings(style, style_weight, speed, sdp_ratio, noise, noise_w)
+               noise_w: float = 0.8, voice: str | None = None,
+               speaker: str | int | None = None) -> Iterator[np.ndarray]:
+        """Float32 chunks in playing order, each as soon as it is synthesized.
+
+        `voice` (and `speaker`) pick another loaded voice for this text only.
+        Several threads may stream at once: their steps take turns (OpenJTalk
+        is not thread-safe, and two syntheses at once would only share the cores).
+        """
+        steps = self._stream(text, SynthesisSettings(style, style_weight, speed, sdp_ratio, noise, noise_w),
+                             voice, speaker)
+        while True:
+            with self._lock:
+                chunk = next(steps, None)
+            if chunk is None:
+                return
+            yield chunk
+
+    def _stream(self, text: str, s: SynthesisSettings, voice_name: str | None,
+                speaker: str | int | None) -> Iterator[np.ndarray]:
         s.check()
-        voice, sid = self.voice, self.speaker  # a voice switch mid-stream does not tear it
-        style_vec = voice.style_vector(style, style_weight)[np.newaxis]
+        if voice_name is None:
+            voice, sid = self.voice, self.speaker  # a voice switch mid-stream does not tear it
+        else:
+            voice = self.store.voice(voice_name)
+            sid = voice.speaker_id(speaker)
+        style_vec = voice.style_vector(s.style, s.style_weight)[np.newaxis]
         sentences = split_sentences(text)
         if not sentences:
             raise TextError("nothing to speak: the text is empty")
         analyses = [self.analyze(t) for t in sentences]
         if not any(c not in PUNCTUATIONS and c != "ー" for a in analyses for c in a.norm):
             raise TextError(f"nothing to speak in {text[:80]!r}: no readable characters")
-        length_scale = 1.0 / speed
+        length_scale = 1.0 / s.speed
         features = self._bert_features(analyses)
         last = len(sentences) - 1
         for i, (sentence, a) in enumerate(zip(sentences, analyses)):
-            pieces = self._synthesize_sentence(voice, sid, a, next(features), style_vec, s, length_scale)
-            previous = next(pieces)
-            for piece in pieces:  # each piece goes out as soon as the next is done, so
-                yield previous    # the sentence's last piece can carry the pause
-                previous = piece
+            piece = None
+            for piece in self._synthesize_sentence(voice, sid, a, next(features), style_vec, s,
+                                                   length_scale):
+                yield piece
             if i < last:
-                pause = self._pause_samples(sentence, previous, voice.sample_rate, length_scale)
-                previous = np.concatenate([previous, np.zeros(pause, dtype=np.float32)])
-            yield previous
+                pause = self._pause_samples(sentence, piece, voice.sample_rate, length_scale)
+                if pause:
+                    yield np.zeros(pause, dtype=np.float32)
 
     def _bert_features(self, analyses: list[Analysis]) -> Iterator[np.ndarray]:
         """Per-sentence phone-level BERT features [1024, phones], one BERT run per window.

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
 import ssl
+from collections import OrderedDict
 from collections.abc import Callable
 
 import paho.mqtt.client as paho
@@ -96,6 +98,7 @@ class BrokerLink:
         self._on_connected = on_connected
         self.connected = False
         self._stopping = False
+        self._recent: OrderedDict = OrderedDict()  # (packet id, topic, payload hash) lately seen
         c = paho.Client(CallbackAPIVersion.VERSION2, client_id=mqtt_config["client_id"],
                         clean_session=False, protocol=paho.MQTTv311)
         c.will_set(topics.status, "offline", qos=1, retain=True)
@@ -167,6 +170,15 @@ class BrokerLink:
             log.warning("ignoring a retained message on %s (publish commands without retain)",
                         message.topic)
             return
+        # A QoS 1 message whose acknowledgement was lost comes again with the DUP
+        # flag and the same packet id: drop it, whatever its payload says.
+        key = (message.mid, message.topic, hashlib.sha1(message.payload).digest())
+        if message.dup and key in self._recent:
+            log.info("ignoring a redelivered message on %s", message.topic)
+            return
+        self._recent[key] = None
+        while len(self._recent) > 1000:
+            self._recent.popitem(last=False)
         try:
             self._on_message(message.topic, message.payload)
         except Exception:  # never let one message kill the network thread

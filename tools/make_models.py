@@ -10,11 +10,15 @@ Layout written:
 
 Voices: ``tiny-voice`` (synthesizer with a ``durations`` output plus
 ``duration_predictor.onnx``) and ``tiny-voice-nodur`` (audio output only, no
-duration predictor, two speakers).  With ``--size full`` the synthesizers use
-the JP-Extra default hyperparameters (the BERT stays the small stand-in) and
-the voices are called ``full-voice`` / ``full-voice-nodur``.
+duration predictor, two speakers).  With ``--size full`` (for benchmarks, ~1 GB)
+the synthesizers use the JP-Extra default hyperparameters, the BERT is a
+DeBERTa-v2-large with the architecture of ku-nlp/deberta-v2-large-japanese-char-wwm
+(24 layers, hidden 1024, 22,012-character vocabulary; exported up to the
+third-from-last hidden state as SBV2 uses it, then dynamic Q8 as HayaKoe ships
+it, ~490 MB), and the voices are called ``full-voice`` / ``full-voice-nodur``.
 
-Needs the ``tools`` extra (torch, onnx) and onnxruntime.  Weights are random but
+Needs the ``tools`` extra (torch, onnx; transformers for ``--size full``) and
+onnxruntime.  Weights are random but
 deterministic for a given seed; they are calibrated so that the speech has
 ~2-4 frames per symbol at length_scale 1 and a non-silent tanh waveform.
 """
@@ -44,6 +48,7 @@ STYLES = ["Neutral", "Happy", "Sad", "Angry", "Fear", "Surprise", "Disgust"]
 TARGET_FRAMES = 2.6  # exp(mean log-duration); ceil() makes the mean ~3 frames/symbol
 TARGET_PRE_TANH_STD = 0.3
 MAX_PRE_TANH = 3.0
+CAL_LEN_FULL = 121  # symbols in the full-size calibration sample (sentence-length)
 
 # "model" block of config.json for each size (SBV2 keys) + arch-only extras
 SIZES: dict[str, dict] = {
@@ -74,9 +79,10 @@ SIZES: dict[str, dict] = {
             "gin_channels": 512,
         },
         "extra": {},
-        "bert": {"emb_dim": 16, "d_model": 64, "n_layers": 2, "n_heads": 2},
+        "bert": "deberta-v2-large",  # A.DebertaHiddenStates
     },
 }
+FULL_VOCAB_SIZE = A.DEBERTA_V2_LARGE_JA_CHAR["vocab_size"]  # 22,012 as the real vocab.txt
 
 
 # --------------------------------------------------------------------------
@@ -84,7 +90,9 @@ SIZES: dict[str, dict] = {
 # --------------------------------------------------------------------------
 
 
-def build_vocab() -> list[str]:
+def build_vocab(size: str = "tiny") -> list[str]:
+    """Specials in the real order, then single characters.  For ``full`` it is
+    filled up to the real vocabulary size with more symbol/kanji ranges."""
     tokens = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", "\u2581"]
     ranges = [
         (0x21, 0x7E),  # printable ASCII (no space)
@@ -105,13 +113,31 @@ def build_vocab() -> list[str]:
             if ch.isprintable() and not ch.isspace() and ch not in seen:
                 seen.add(ch)
                 tokens.append(ch)
+    if size == "tiny":
+        return tokens
+    more = [
+        (0x00A1, 0x00FF),  # Latin-1 supplement
+        (0x2010, 0x205E),  # general punctuation
+        (0x2100, 0x21FF),  # letterlike symbols, number forms, arrows
+        (0x2460, 0x24FF),  # enclosed alphanumerics ①②③
+        (0x2500, 0x25FF),  # box drawing, geometric shapes
+        (0x3400, 0x4DBF),  # CJK extension A
+    ]
+    for lo, hi in more:
+        for cp in range(lo, hi + 1):
+            ch = chr(cp)
+            if len(tokens) == FULL_VOCAB_SIZE:
+                return tokens
+            if ch.isprintable() and not ch.isspace() and ch not in seen:
+                seen.add(ch)
+                tokens.append(ch)
     return tokens
 
 
-def write_tokenizer(out: Path) -> list[str]:
+def write_tokenizer(out: Path, size: str = "tiny") -> list[str]:
     tok_dir = out / "bert" / "tokenizer"
     tok_dir.mkdir(parents=True, exist_ok=True)
-    vocab = build_vocab()
+    vocab = build_vocab(size)
     (tok_dir / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     specials = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
                 "cls_token": "[CLS]", "mask_token": "[MASK]"}
@@ -225,6 +251,24 @@ def sample_inputs(gen: torch.Generator, t: int, style: np.ndarray, sid: int = 0)
         "bert": torch.randn(1, A.BERT_DIM, t, generator=gen) * 0.5,
         "style_vec": torch.from_numpy(style[:1].copy()),
     }
+
+
+@torch.no_grad()
+def bert_phone_features(bert: torch.nn.Module, t: int, gen: torch.Generator,
+                        vocab_size: int) -> torch.Tensor:
+    """[1, 1024, t] phone-level features as the engines feed them: the BERT's
+    output for [CLS] + random characters + [SEP], each character's row repeated
+    for 3 phones (word2ph), [CLS]/[SEP] for one phone each.  A random-weight
+    DeBERTa's features share a large common component (unlike N(0, 0.5) noise),
+    so the full-size voices are calibrated on these."""
+    n_chars = max(1, (t - 2) // 3)
+    ids = torch.randint(5, vocab_size, (1, n_chars + 2), generator=gen)
+    ids[0, 0], ids[0, -1] = 1, 2  # [CLS], [SEP]
+    hidden = bert(ids, torch.ones_like(ids))[0]  # [n_chars + 2, 1024]
+    word2ph = [1] + [3] * n_chars + [1]
+    word2ph[-2] += t - sum(word2ph)
+    rows = torch.repeat_interleave(hidden, torch.tensor(word2ph), dim=0)
+    return rows.T.unsqueeze(0).contiguous()
 
 
 def scalar(v: float) -> torch.Tensor:
@@ -390,7 +434,8 @@ SYNTH_AXES = {"x": {1: "t"}, "tone": {1: "t"}, "language": {1: "t"}, "bert": {2:
 
 
 def build_voice(out: Path, name: str, spk_names: list[str], size: str, seed: int,
-                with_durations: bool, with_dp: bool) -> dict:
+                with_durations: bool, with_dp: bool,
+                bert: tuple[torch.nn.Module, int] | None = None) -> dict:
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed + 1)
     cfg = sbv2_config(name, spk_names, size)
@@ -398,7 +443,11 @@ def build_voice(out: Path, name: str, spk_names: list[str], size: str, seed: int
     net = A.Synthesizer(params).eval()
     shape_weights(net, gen)
     styles = style_vectors(np.random.default_rng(seed + 2))
-    report = calibrate(net, sample_inputs(gen, 41, styles))
+    cal_len = 41 if bert is None else CAL_LEN_FULL
+    cal = sample_inputs(gen, cal_len, styles)
+    if bert is not None:  # calibrate on what the real BERT gives, not on noise
+        cal["bert"] = bert_phone_features(bert[0], cal_len, gen, bert[1])
+    report = calibrate(net, cal)
     report["params"] = sum(p.numel() for p in net.parameters())
 
     vdir = out / "onnx" / "speakers" / name
@@ -420,11 +469,14 @@ def build_voice(out: Path, name: str, spk_names: list[str], size: str, seed: int
     return report
 
 
-def build_bert(out: Path, vocab_size: int, size: str, seed: int) -> None:
+def build_bert(out: Path, vocab_size: int, size: str, seed: int) -> torch.nn.Module:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     torch.manual_seed(seed + 100)
-    bert = A.TinyCharBert(vocab_size, **SIZES[size]["bert"]).eval()
+    if SIZES[size]["bert"] == "deberta-v2-large":
+        bert = A.DebertaHiddenStates(vocab_size).eval()
+    else:
+        bert = A.TinyCharBert(vocab_size, **SIZES[size]["bert"]).eval()
     ids = torch.tensor([[1, 10, 20, 30, 2]], dtype=torch.long)
     mask = torch.ones_like(ids)
     target = out / "onnx" / "bert" / "q8" / "bert_q8.onnx"
@@ -435,6 +487,7 @@ def build_bert(out: Path, vocab_size: int, size: str, seed: int) -> None:
                {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
                 "hidden_states": {0: "batch", 1: "seq"}})
         quantize_dynamic(str(fp32), str(target), weight_type=QuantType.QInt8)
+    return bert
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -453,12 +506,14 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
 
-    vocab = write_tokenizer(out)
-    build_bert(out, len(vocab), a.size, a.seed)
+    vocab = write_tokenizer(out, a.size)
+    bert = build_bert(out, len(vocab), a.size, a.seed)
+    # the tiny stand-in is not calibrated against (keeps the fixture as it is)
+    cal_bert = (bert, len(vocab)) if a.size != "tiny" else None
     base = a.size + "-voice"
-    r1 = build_voice(out, base, [base], a.size, a.seed + 10, True, True)
+    r1 = build_voice(out, base, [base], a.size, a.seed + 10, True, True, cal_bert)
     r2 = build_voice(out, base + "-nodur", [base + "-nodur", base + "-nodur-b"], a.size,
-                     a.seed + 20, False, False)
+                     a.seed + 20, False, False, cal_bert)
     for name, r in ((base, r1), (base + "-nodur", r2)):
         print(f"{name}: " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                       for k, v in r.items()))

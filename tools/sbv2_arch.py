@@ -706,3 +706,55 @@ class TinyCharBert(nn.Module):
             x = L["n1"](x + L["o"](y))
             x = L["n2"](x + L["ff2"](F.gelu(L["ff1"](x))))
         return self.head(x)
+
+
+# --------------------------------------------------------------------------
+# full-size BERT: DeBERTa-v2-large (Japanese, character level)
+# --------------------------------------------------------------------------
+
+# Hyperparameters of ku-nlp/deberta-v2-large-japanese-char-wwm (the BERT of
+# Style-Bert-VITS2 JP-Extra), as transformers.DebertaV2Config keywords.
+DEBERTA_V2_LARGE_JA_CHAR: dict[str, Any] = {
+    "vocab_size": 22012,
+    "hidden_size": 1024,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "intermediate_size": 4096,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 0,
+    "initializer_range": 0.02,
+    "layer_norm_eps": 1e-7,
+    "relative_attention": True,
+    "max_relative_positions": 512,
+    "position_buckets": 256,
+    "pos_att_type": ["p2c", "c2p"],
+    "share_att_key": True,
+    "norm_rel_ebd": "layer_norm",
+    "position_biased_input": False,
+    "pad_token_id": 0,
+}
+BERT_HIDDEN_LAYER = -3  # SBV2 takes the third-from-last hidden state
+
+
+class DebertaHiddenStates(nn.Module):
+    """A random-weight DeBERTa-v2 (transformers' ``DebertaV2Model``) with the
+    SBV2 BERT contract: input_ids/attention_mask [b, s] int64 ->
+    hidden_states [b, s, 1024], the third-from-last hidden state.  Exported as
+    is, the last two layers do not reach the output and drop out of the graph."""
+
+    def __init__(self, vocab_size: int | None = None, **overrides: Any) -> None:
+        super().__init__()
+        from transformers import DebertaV2Config, DebertaV2Model  # tools-only dependency
+
+        cfg = dict(DEBERTA_V2_LARGE_JA_CHAR, **overrides)
+        if vocab_size is not None:
+            cfg["vocab_size"] = vocab_size
+        self.deberta = DebertaV2Model(DebertaV2Config(**cfg))
+
+    def forward(self, input_ids, attention_mask):
+        out = self.deberta(input_ids=input_ids, attention_mask=attention_mask,
+                           output_hidden_states=True)
+        return out.hidden_states[BERT_HIDDEN_LAYER]

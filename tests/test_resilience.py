@@ -1,0 +1,264 @@
+"""Never down: junk input, bursts, sound card faults, damaged models, a wedged worker.
+
+All against a real mosquitto and the real daemon process.
+"""
+
+import json
+import shutil
+import string
+import time
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import FIXTURE_MODELS
+from harness import (AlsaSink, DaemonProcess, Mosquitto, NotifySocket, Probe, free_port, wait_for,
+                     write_config)
+
+
+def start_app(work, sink_kwargs=None, env=None, **config_sections):
+    broker = Mosquitto(work / "broker").start()
+    sink = AlsaSink(work, **(sink_kwargs or {}))
+    prefix = f"hk{broker.port}"
+    config = write_config(work / "config.yaml", broker.port, prefix, work, **config_sections)
+    probe = Probe(broker.port, prefix)
+    daemon = DaemonProcess(config, sink.home, work / "daemon.log", env=env)
+    app = SimpleNamespace(work=work, broker=broker, sink=sink, probe=probe, daemon=daemon, prefix=prefix)
+    try:
+        wait_for(lambda: probe.last("status") == b"online" or daemon.proc.poll() is not None, 90,
+                 what="the daemon to come online")
+        assert daemon.proc.poll() is None, daemon.output()
+    except BaseException:
+        stop_app(app)
+        raise
+    return app
+
+
+def stop_app(app):
+    app.daemon.stop()
+    app.probe.close()
+    app.broker.stop()
+    app.sink.stop()
+
+
+def speaks(app, text="はい。"):
+    rid = f"check-{free_port()}-{time.monotonic_ns()}"
+    app.probe.publish("say", {"text": text, "id": rid})
+    app.probe.next_event(event="finished", id=rid, timeout=60)
+    assert app.daemon.proc.poll() is None
+
+
+# --- 1. junk on `say` ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def fuzz_app(tmp_path_factory):
+    app = start_app(tmp_path_factory.mktemp("fuzz"), sink_kwargs={"paced": False},
+                    queue={"max_length": 50, "max_text_chars": 2000}, cache={"max_mb": 0})
+    yield app
+    stop_app(app)
+
+
+VOICES = ["tiny-voice", "tiny-voice-nodur"]
+FIELDS = ["text", "voice", "style", "speed", "volume", "id", "interrupt"]
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                           | st.text(max_size=20), lambda c: st.lists(c, max_size=3)
+                           | st.dictionaries(st.text(max_size=5), c, max_size=3), max_leaves=5)
+NOT_A_STRING = JSON_VALUES.filter(lambda v: not isinstance(v, str))
+NOT_A_NUMBER = JSON_VALUES.filter(lambda v: isinstance(v, bool) or not isinstance(v, (int, float)))
+UNSPEAKABLE = st.text(alphabet="😊🎉👍❤️★☆♪→←■□○●◎◆◇△▽※〒＃＆＊＠§¶†‡•…。、！？!?.,-—「」『』（）()[]{}<>/\\|~^`'\"",
+                      min_size=1, max_size=30).filter(lambda t: t.strip())
+CONTROL = st.sampled_from([chr(c) for c in range(32) if chr(c) not in "\t\n\r"])
+
+
+def _json(**fields):
+    return json.dumps(fields, ensure_ascii=False).encode()
+
+
+BAD_PAYLOADS = st.one_of(
+    st.binary(max_size=40).map(lambda b: b + b"\xff\xfe"),  # never valid UTF-8
+    st.builds(lambda v: _json(text=v), NOT_A_STRING),  # wrong type
+    st.builds(lambda k, v: _json(text="はい", **{k: v}),
+              st.text(min_size=1, max_size=10).filter(lambda k: k not in FIELDS), JSON_VALUES),
+    st.builds(lambda v: _json(text={"text": v}), st.text(max_size=10)),  # nested
+    st.builds(lambda v: _json(text="はい", voice=v), st.text(max_size=30).filter(lambda v: v not in VOICES)),
+    st.builds(lambda v: _json(text="はい", voice=v), st.sampled_from(
+        ["../tiny-voice", "../../../../etc", "/etc/passwd", "tiny-voice/../tiny-voice", "tiny-voice; rm -rf /",
+         "$(reboot)", "~root", ".", ".."])),
+    st.builds(lambda v: _json(text="はい", style=v), st.text(max_size=20).filter(
+        lambda v: v not in ("Neutral", "Happy", "Sad", "Angry", "Fear", "Surprise", "Disgust"))),
+    st.builds(lambda v: _json(text="はい", speed=v), st.floats(allow_nan=False).filter(lambda f: not 0.25 <= f <= 4)),
+    st.builds(lambda v: _json(text="はい", volume=v), st.integers().filter(lambda i: not 0 <= i <= 100)),
+    st.builds(lambda v: _json(text="はい", speed=v), NOT_A_NUMBER.filter(lambda v: v is not None)),
+    st.builds(lambda v: _json(text="はい", interrupt=v), JSON_VALUES.filter(
+        lambda v: v is not None and not isinstance(v, bool))),
+    st.text(alphabet=" \t\n\u3000", max_size=20).map(str.encode),  # empty or white space only
+    st.builds(lambda v: _json(text=v), st.text(alphabet=" \t\n\u3000", max_size=20)),
+    UNSPEAKABLE.map(str.encode),  # emoji / symbols only
+    st.builds(lambda a, c, b: (a + c + b).encode(), st.text(string.ascii_letters + "あいう", max_size=5),
+              CONTROL, st.text("あいう", max_size=5)),
+    st.builds(lambda v: _json(id=v, text="はい"), NOT_A_STRING.filter(
+        lambda v: v is not None and not (isinstance(v, int) and not isinstance(v, bool)))),
+    st.sampled_from([b"{not json", b'{"text": "x",}', b"[1, 2, 3]", b"{}", b'{"text": null}']),
+)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck),
+          database=None, derandomize=True)
+@given(payload=BAD_PAYLOADS)
+def test_every_bad_payload_gets_an_error_event(fuzz_app, payload):
+    probe = fuzz_app.probe
+    probe.publish("say", payload)
+    error = probe.next_event(event="error", timeout=20)
+    assert error["error"]
+
+
+def test_huge_text_is_refused_and_the_daemon_keeps_speaking(fuzz_app):
+    fuzz_app.probe.publish("say", "あ" * (1 << 20))
+    assert "too long" in fuzz_app.probe.next_event(event="error", timeout=30)["error"]
+    speaks(fuzz_app)
+
+
+def test_after_the_fuzz_a_valid_message_is_spoken(fuzz_app):
+    speaks(fuzz_app, "お風呂が沸きました。")
+
+
+# --- 4. load ------------------------------------------------------------------------------
+
+def test_a_burst_of_500_is_queued_or_refused_never_dropped(tmp_path):
+    app = start_app(tmp_path, sink_kwargs={"paced": False}, queue={"max_length": 20}, cache={"max_mb": 0})
+    try:
+        ids = [f"burst-{i}" for i in range(500)]
+        for i, rid in enumerate(ids):
+            app.probe.client.publish(f"{app.prefix}/say", json.dumps({"text": f"{i}番目です。", "id": rid}), qos=1)
+        outcome = {}
+        deadline = time.monotonic() + 240
+        while len(outcome) < len(ids) and time.monotonic() < deadline:
+            event = app.probe.next_event(timeout=deadline - time.monotonic())
+            if event.get("id") in ids and event["event"] in ("finished", "error"):
+                outcome[event["id"]] = event
+        assert len(outcome) == 500  # every message has a fate
+        finished = [e for e in outcome.values() if e["event"] == "finished"]
+        refused = [e for e in outcome.values() if e["event"] == "error"]
+        assert all("queue full" in e["error"] for e in refused)
+        assert len(finished) >= 21  # at least the queue's worth plus the one being spoken
+    finally:
+        stop_app(app)
+
+
+def test_memory_stays_flat_over_1000_utterances(tmp_path):
+    app = start_app(tmp_path, sink_kwargs={"paced": False}, queue={"max_length": 2000}, cache={"max_mb": 0},
+                    log={"level": "WARNING"})
+    try:
+        def run(first, count):
+            for i in range(first, first + count):
+                text = f"{i}です。"  # short, all different: a thousand syntheses, no cache hits
+                app.probe.client.publish(f"{app.prefix}/say", json.dumps({"text": text, "id": f"m{i}"}), qos=1)
+            app.probe.next_event(event="finished", id=f"m{first + count - 1}", timeout=600)
+
+        run(0, 100)  # warm up: arenas, caches, lazily loaded code
+        before = app.daemon.rss_mb()
+        run(100, 900)
+        after = app.daemon.rss_mb()
+        assert after - before < 20, f"RSS grew from {before:.0f} MB to {after:.0f} MB"
+    finally:
+        stop_app(app)
+
+
+# --- 3. sound card faults -------------------------------------------------------------------
+
+def test_sound_card_missing_at_start_then_plugged_in(tmp_path):
+    app = start_app(tmp_path, audio={"device": "usbcard", "retry_seconds": 1.0})
+    try:
+        assert "usbcard" in app.daemon.output()  # the start-up check said it is missing
+        app.probe.publish("say", {"text": "聞こえますか。", "id": "a-1"})
+        assert "usbcard" in app.probe.next_event(event="error", id="a-1")["error"]
+        app.sink.set_named_device("usbcard")  # plugged in during the retry wait
+        assert "interrupted" not in app.probe.next_event(event="finished", id="a-1", timeout=30)
+        speaks(app)  # and it stays usable, without a restart
+    finally:
+        stop_app(app)
+
+
+def test_sound_card_gone_for_good_gives_up_and_keeps_serving(tmp_path):
+    app = start_app(tmp_path, audio={"device": "usbcard", "retry_seconds": 0.2})
+    try:
+        app.probe.publish("say", {"text": "聞こえますか。", "id": "g-1"})
+        errors = [app.probe.next_event(event="error", id="g-1") for _ in range(3)]
+        assert "retrying" in errors[0]["error"] and "retrying" not in errors[-1]["error"]
+        app.sink.set_named_device("usbcard")
+        speaks(app)
+    finally:
+        stop_app(app)
+
+
+# --- 5. damaged models ------------------------------------------------------------------------
+
+@pytest.fixture
+def damaged_models(tmp_path):
+    models = tmp_path / "models"
+    shutil.copytree(FIXTURE_MODELS, models)
+    broken = models / "onnx/speakers/broken-voice"
+    shutil.copytree(models / "onnx/speakers/tiny-voice", broken)
+    synth = broken / "synthesizer.onnx"
+    synth.write_bytes(synth.read_bytes()[:100_000])
+    return models
+
+
+def test_broken_voice_at_start_names_the_file(tmp_path, damaged_models):
+    from harness import REPO
+    import os
+    import subprocess
+    import sys
+
+    config = write_config(tmp_path / "c.yaml", free_port(), "dm", tmp_path,
+                          models={"dir": str(damaged_models)}, voice={"name": "broken-voice"})
+    r = subprocess.run([sys.executable, "-m", "hayakoe_pi.cli", "run", "--config", str(config)],
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert r.returncode == 2
+    assert "broken-voice/synthesizer.onnx" in r.stderr and "truncated" in r.stderr
+
+
+def test_switching_to_a_broken_voice_keeps_the_previous(tmp_path, damaged_models):
+    app = start_app(tmp_path, models={"dir": str(damaged_models)})
+    try:
+        app.probe.publish("voice/set", "broken-voice")
+        error = app.probe.next_event(event="error")
+        assert "broken-voice" in error["error"] and "synthesizer.onnx" in error["error"]
+        time.sleep(0.5)
+        assert app.probe.last("voice") == b"tiny-voice"
+        app.probe.publish("say", {"text": "まだ話せます。", "voice": "broken-voice", "id": "bv"})
+        assert "broken-voice" in app.probe.next_event(event="error", id="bv")["error"]
+        speaks(app)
+    finally:
+        stop_app(app)
+
+
+# --- 6. lifecycle: the watchdog -----------------------------------------------------------------
+
+def test_a_wedged_worker_stops_the_watchdog_pings(tmp_path):
+    notify = NotifySocket(tmp_path / "notify.sock")
+    env = {"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "1000000"}  # ping every 0.5 s
+    app = start_app(tmp_path, env=env, watchdog={"stuck_seconds": 2})
+    try:
+        wait_for(lambda: notify.since(0, "READY=1"), 10, what="READY=1")
+        t = time.monotonic()
+        time.sleep(1.5)
+        assert notify.since(t, "WATCHDOG=1") >= 2  # healthy while idle
+        app.probe.publish("say", {"text": "冷蔵庫のドアが開いています。" * 3, "id": "w"})
+        app.probe.next_event(event="started", id="w")
+        app.sink.pause()  # the sound card stops taking samples: the worker blocks in a write
+        time.sleep(4)
+        t = time.monotonic()
+        time.sleep(2)
+        assert notify.since(t, "WATCHDOG=1") == 0  # systemd would now restart the service
+        app.sink.resume()
+        app.probe.next_event(event="finished", id="w", timeout=60)
+        t = time.monotonic()
+        time.sleep(1.5)
+        assert notify.since(t, "WATCHDOG=1") >= 2
+    finally:
+        stop_app(app)
+        notify.close()
+    assert any(f == "STOPPING=1" for _, f in notify.received)
