@@ -106,7 +106,7 @@ class Daemon:
     def __init__(self, config: dict, store: ModelStore | None = None):
         self.config = config
         models_dir = Path(config["models"]["dir"]).expanduser()
-        self.store = store or ModelStore(models_dir, split_cache=Path(config["cache"]["dir"]) / "split")
+        self.store = store or ModelStore(models_dir, derived_dir=Path(config["cache"]["dir"]) / "models")
         voice_cfg = config["voice"]
         self.settings = Settings(Path(config["state"]["file"]), config["audio"]["volume"],
                                  voice_cfg["name"], voice_cfg["style"])
@@ -131,12 +131,19 @@ class Daemon:
         self.busy = False
         self.control = ThreadPoolExecutor(max_workers=1, thread_name_prefix="control")
         self.worker = threading.Thread(target=self._work, name="speaker", daemon=True)
+        self.wyoming = None  # the Wyoming server for Home Assistant Assist, when enabled
+        if config.get("wyoming", {}).get("enabled"):
+            from .wyoming import WyomingServer
+
+            self.wyoming = WyomingServer(self)
 
     # --- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
         self.worker.start()
         self.link.start()
+        if self.wyoming is not None:
+            self.wyoming.start()
 
     def shutdown(self) -> None:
         log.info("shutting down")
@@ -147,6 +154,8 @@ class Daemon:
             self.cond.notify_all()
         self.worker.join(timeout=1.5)
         self.control.shutdown(wait=False, cancel_futures=True)
+        if self.wyoming is not None:
+            self.wyoming.stop(timeout=2.0)
         self.link.stop()
 
     def serve_forever(self) -> None:
@@ -164,7 +173,7 @@ class Daemon:
 
     def healthy(self) -> bool:
         """The worker is alive and, if busy, has made progress recently."""
-        if not self.worker.is_alive():
+        if not self.worker.is_alive() or (self.wyoming is not None and not self.wyoming.alive()):
             return False
         stuck_after = self.config["watchdog"]["stuck_seconds"]
         return not self.busy or time.monotonic() - self.progress < stuck_after

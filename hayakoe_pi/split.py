@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,18 +39,13 @@ def _stamp(source: Path) -> dict:
     return {"source": str(source.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "version": 1}
 
 
-def default_cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "hayakoe-pi" / "split"
-
-
-def _split_dir(source: Path, cache_root: Path | None) -> Path:
+def _split_dir(source: Path, cache_root: Path) -> Path:
     """Never beside the model: model folders may be read-only or shared."""
     digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:16]
-    return (cache_root or default_cache_root()) / digest
+    return cache_root / digest
 
 
-def cached_split(source: Path, cache_root: Path | None = None) -> SplitModel | None:
+def cached_split(source: Path, cache_root: Path) -> SplitModel | None:
     folder = _split_dir(source, cache_root)
     try:
         stamp = json.loads((folder / STAMP_NAME).read_text())
@@ -138,7 +132,7 @@ def _subgraph(model, inputs: list[str], outputs: list[str]):
     return part
 
 
-def split_synthesizer(source: Path, cache_root: Path | None = None) -> SplitModel | None:
+def split_synthesizer(source: Path, cache_root: Path) -> SplitModel | None:
     """The cached split of `source`, making it first if needed; None if it cannot be split."""
     found = cached_split(source, cache_root)
     if found:

@@ -2,7 +2,12 @@ import os
 import shutil
 from pathlib import Path
 
+import tempfile
+
 import pytest
+
+# Split and optimized model copies go to a scratch cache, not the user's ~/.cache.
+os.environ.setdefault("XDG_CACHE_HOME", tempfile.mkdtemp(prefix="hayakoe-pi-test-cache-"))
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_MODELS = REPO / "tests" / "fixtures" / "models" / "tiny"

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import FIXTURE_MODELS, GOLDEN, REF_MODELS, needs_shared
 from hayakoe_pi import Engine, ModelError, TextError
-from hayakoe_pi.engine import decoder_windows, split_sentences, trailing_silence
+from hayakoe_pi.engine import FIRST_WINDOW_FRAMES, decoder_windows, split_sentences, trailing_silence
 from hayakoe_pi.split import decoder_margin
 from hayakoe_pi.models import ModelStore
 
@@ -77,17 +77,19 @@ def test_single_sentence_is_the_raw_synthesizer_output(engine):
 
 def test_first_window_is_short(engine):
     chunks = list(engine.stream(LONG_SENTENCE, **QUIET))
-    assert chunks[0].size <= engine.window_frames // 4 * engine.voice.hop_length
-    assert chunks[0].size < chunks[1].size
+    assert chunks[0].size <= FIRST_WINDOW_FRAMES * engine.voice.hop_length
+    assert chunks[0].size < chunks[1].size < chunks[2].size  # then they grow
 
 
-@pytest.mark.parametrize("frames", [1, 7, 31, 32, 40, 200, 1000])
+@pytest.mark.parametrize("frames", [1, 7, 31, 32, 40, 200, 1000, 5000])
 def test_decoder_windows_cover_every_frame_once(frames):
-    covered = []
-    for start, end, lo, hi in decoder_windows(frames, 128, 16):
+    covered, sizes = [], []
+    for start, end, lo, hi in decoder_windows(frames, 512, 16, first=32):
         assert lo <= start < end <= hi and start - lo <= 16 and hi - end <= 16
         covered.extend(range(start, end))
+        sizes.append(end - start)
     assert covered == list(range(frames))
+    assert sizes[0] <= 48 and max(sizes) < 768  # short first, bounded (memory) after
 
 
 def test_decoder_margin_covers_the_receptive_field():
