@@ -41,7 +41,7 @@ _SPEECH_RE = re.compile(r"[ぁ-ゖァ-ヺ一-鿿㐀-䶿々〆〇A-Za-z0-9０-９
 # (25 % at 128 frames, 12 % at 256, 6 % at 512) while the decoder's working
 # memory grows with the window (about 50 MB at 256 frames, 120 MB at 512).
 DECODER_WINDOW_FRAMES = 256
-FIRST_WINDOW_FRAMES = 32
+FIRST_WINDOW_FRAMES = 48
 
 # Silence (seconds at speed 1.0) between a sentence and the next, by how it ends.
 PAUSE_AFTER = {"。": 0.35, ".": 0.35, "．": 0.35, "！": 0.3, "!": 0.3, "？": 0.4, "?": 0.4, "\n": 0.5}
@@ -264,10 +264,14 @@ def decoder_windows(frames: int, window: int, margin: int,
                     first: int = FIRST_WINDOW_FRAMES) -> Iterator[tuple[int, int, int, int]]:
     """(start, end, lo, hi): frames start:end are kept from decoding lo:hi.
 
-    Windows start small, so the first sound comes soon, and double up to
-    `window`, so the overlap costs little on long sentences; each window plays
-    for longer than the next one takes to decode.
+    A sentence that fits in one window is decoded in one pass: every window
+    boundary costs 2 x margin frames of extra work. A longer one starts with a
+    short window, so its first sound comes soon, and the windows double up to
+    `window`; each plays for longer than the next takes to decode.
     """
+    if frames <= window:
+        yield 0, frames, 0, frames
+        return
     start, size = 0, max(1, min(first, window))
     while start < frames:
         end = min(frames, start + size)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,27 +176,28 @@ def split_synthesizer(source: Path, cache_root: Path) -> SplitModel | None:
 
 
 def decoder_margin(model_config: dict) -> int:
-    """Latent frames each side of a window that can affect its samples (HiFi-GAN receptive field).
+    """Latent frames each side of a window that can affect its samples (HiFi-GAN's reach).
 
-    Summed over the decoder's layers, each converted to frames at its own
-    resolution, rounded up, plus a safety frame.
+    Each layer's reach, in samples at its own resolution, converted to frames
+    and summed: conv_pre (kernel 7), per stage the transposed convolution
+    (kernel k, stride u: k/2u input steps) and the widest residual block
+    (dilated convolutions, each followed by a plain one in ResBlock1), then
+    conv_post. For HiFi-GAN v1 (JP-Extra) that is 14 frames; windows decoded
+    with it equal one pass to float rounding.
     """
     m = model_config
     rates = m.get("upsample_rates", [8, 8, 2, 2, 2])
     kernels = m.get("upsample_kernel_sizes", [16, 16, 8, 2, 2])
     rb_kernels = m.get("resblock_kernel_sizes", [3, 7, 11])
     rb_dilations = m.get("resblock_dilation_sizes", [[1, 3, 5]] * 3)
+    plain_after_each = m.get("resblock", "1") == "1"
     frames = 3.0  # conv_pre, kernel 7
     scale = 1
     for rate, kernel in zip(rates, kernels):
-        frames += (kernel / rate / 2 + 1) / scale  # transposed conv, at the input's resolution
+        frames += kernel / rate / 2 / scale
         scale *= rate
-        reach = 0.0
-        for k, dilations in zip(rb_kernels, rb_dilations):
-            if m.get("resblock", "1") == "1":  # dilated convs each followed by a plain one
-                reach = max(reach, sum((k - 1) // 2 * (d + 1) for d in dilations))
-            else:
-                reach = max(reach, sum((k - 1) // 2 * d for d in dilations))
+        reach = max(sum((k - 1) / 2 * (d + (1 if plain_after_each else 0)) for d in dilations)
+                    for k, dilations in zip(rb_kernels, rb_dilations))
         frames += reach / scale
     frames += 3 / scale  # conv_post, kernel 7
-    return int(frames) + 2
+    return math.ceil(frames)

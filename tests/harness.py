@@ -13,7 +13,9 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import paho.mqtt.client as paho
 import yaml
@@ -263,6 +265,27 @@ class DaemonProcess:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+
+@contextmanager
+def running_daemon(work: Path, port: int, prefix: str, probe, sink_kwargs: dict | None = None,
+                   env: dict | None = None, **config_sections):
+    """The daemon on the broker at `port`, playing into its own ALSA sink, until the block ends.
+
+    `probe` (already subscribed) tells when it is online. Yields a namespace
+    with work, sink, probe, daemon, prefix and config.
+    """
+    sink = AlsaSink(work, **(sink_kwargs or {}))
+    config = write_config(work / "config.yaml", port, prefix, work, **config_sections)
+    daemon = DaemonProcess(config, sink.home, work / "daemon.log", env=env)
+    try:
+        wait_for(lambda: probe.last("status") == b"online" or daemon.proc.poll() is not None, 90,
+                 what="the daemon to come online")
+        assert daemon.proc.poll() is None, daemon.output()
+        yield SimpleNamespace(work=work, sink=sink, probe=probe, daemon=daemon, prefix=prefix, config=config)
+    finally:
+        daemon.stop()
+        sink.stop()
 
 
 class NotifySocket:

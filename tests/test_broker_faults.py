@@ -17,13 +17,12 @@ the utterances, once each.
 import json
 import threading
 import time
-from types import SimpleNamespace
 
 import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, SessionProbe, wait_for, write_config
+from harness import Mosquitto, Probe, SessionProbe, running_daemon, wait_for
 
 LONG_TEXT = "冷蔵庫のドアが開いています。閉めてください。" * 2  # about 9 s with the tiny voice
 BYTES_PER_SECOND = 44100 * 4
@@ -41,23 +40,16 @@ def app(tmp_path_factory):
     # `mosquitto` and fail to write its database into our folder: stay who we are
     broker = Mosquitto(work / "broker").start()
     assert "persistence true" in broker.conf.read_text()
-    sink = AlsaSink(work)
     prefix = f"bf{broker.port}"
-    config = write_config(work / "config.yaml", broker.port, prefix, work,
-                          queue={"max_length": 50, "max_text_chars": 300})
     probe = SessionProbe(broker.port, prefix, client_id=f"probe-{prefix}")
-    daemon = DaemonProcess(config, sink.home, work / "daemon.log")
     try:
-        wait_for(lambda: probe.last("status") == b"online" or daemon.proc.poll() is not None, 90,
-                 what="the daemon to come online")
-        assert daemon.proc.poll() is None, daemon.output()
-        yield SimpleNamespace(work=work, broker=broker, sink=sink, probe=probe, daemon=daemon,
-                              prefix=prefix, config=config)
+        with running_daemon(work, broker.port, prefix, probe,
+                            queue={"max_length": 50, "max_text_chars": 300}) as app:
+            app.broker = broker
+            yield app
     finally:
-        daemon.stop()
         probe.close()
         broker.stop()
-        sink.stop()
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -253,7 +245,7 @@ def test_retained_say_is_not_spoken_again_on_reconnect(app):
     it comes; the broker hands it out again on every (re)subscription, which is no new message."""
     text = "保持されたメッセージです。"
     topic = f"{app.prefix}/say"
-    s = Scenario(app)
+    settle(app)
     try:
         app.probe.client.publish(topic, text, qos=1, retain=True).wait_for_publish(5)
         app.probe.next_event(event="finished", text=text)

@@ -6,13 +6,12 @@ import stat
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from conftest import FIXTURE_MODELS, REPO
-from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, wait_for, write_config
+from harness import AlsaSink, Mosquitto, Probe, free_port, running_daemon, wait_for, write_config
 
 LONG_TEXT = "冷蔵庫のドアが開いています。閉めてください。" * 4
 
@@ -21,23 +20,16 @@ LONG_TEXT = "冷蔵庫のドアが開いています。閉めてください。"
 def app(tmp_path_factory):
     work = tmp_path_factory.mktemp("appliance")
     broker = Mosquitto(work / "broker").start()
-    sink = AlsaSink(work)
     prefix = f"hk{broker.port}"
-    config = write_config(work / "config.yaml", broker.port, prefix, work,
-                          queue={"max_length": 3, "max_text_chars": 300})
     probe = Probe(broker.port, prefix)
-    daemon = DaemonProcess(config, sink.home, work / "daemon.log")
     try:
-        wait_for(lambda: probe.last("status") == b"online" or daemon.proc.poll() is not None, 90,
-                 what="the daemon to come online")
-        assert daemon.proc.poll() is None, daemon.output()
-        yield SimpleNamespace(work=work, broker=broker, sink=sink, probe=probe, daemon=daemon,
-                              prefix=prefix, config=config)
+        with running_daemon(work, broker.port, prefix, probe,
+                            queue={"max_length": 3, "max_text_chars": 300}) as app:
+            app.broker = broker
+            yield app
     finally:
-        daemon.stop()
         probe.close()
         broker.stop()
-        sink.stop()
 
 
 def settle(app, timeout=60):

@@ -7,40 +7,29 @@ import json
 import shutil
 import string
 import time
-from types import SimpleNamespace
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import FIXTURE_MODELS
-from harness import (AlsaSink, DaemonProcess, Mosquitto, NotifySocket, Probe, free_port, wait_for,
-                     write_config)
+from harness import Mosquitto, NotifySocket, Probe, free_port, running_daemon, wait_for, write_config
 
 
-def start_app(work, sink_kwargs=None, env=None, **config_sections):
+@contextmanager
+def appliance(work, sink_kwargs=None, env=None, **config_sections):
+    """A broker, a probe and the daemon, for one test (or module)."""
     broker = Mosquitto(work / "broker").start()
-    sink = AlsaSink(work, **(sink_kwargs or {}))
     prefix = f"hk{broker.port}"
-    config = write_config(work / "config.yaml", broker.port, prefix, work, **config_sections)
     probe = Probe(broker.port, prefix)
-    daemon = DaemonProcess(config, sink.home, work / "daemon.log", env=env)
-    app = SimpleNamespace(work=work, broker=broker, sink=sink, probe=probe, daemon=daemon, prefix=prefix)
     try:
-        wait_for(lambda: probe.last("status") == b"online" or daemon.proc.poll() is not None, 90,
-                 what="the daemon to come online")
-        assert daemon.proc.poll() is None, daemon.output()
-    except BaseException:
-        stop_app(app)
-        raise
-    return app
-
-
-def stop_app(app):
-    app.daemon.stop()
-    app.probe.close()
-    app.broker.stop()
-    app.sink.stop()
+        with running_daemon(work, broker.port, prefix, probe, sink_kwargs, env, **config_sections) as app:
+            app.broker = broker
+            yield app
+    finally:
+        probe.close()
+        broker.stop()
 
 
 def speaks(app, text="はい。"):
@@ -54,10 +43,9 @@ def speaks(app, text="はい。"):
 
 @pytest.fixture(scope="module")
 def fuzz_app(tmp_path_factory):
-    app = start_app(tmp_path_factory.mktemp("fuzz"), sink_kwargs={"paced": False},
-                    queue={"max_length": 50, "max_text_chars": 2000}, cache={"max_mb": 0})
-    yield app
-    stop_app(app)
+    with appliance(tmp_path_factory.mktemp("fuzz"), sink_kwargs={"paced": False},
+                   queue={"max_length": 50, "max_text_chars": 2000}, cache={"max_mb": 0}) as app:
+        yield app
 
 
 VOICES = ["tiny-voice", "tiny-voice-nodur"]
@@ -127,8 +115,7 @@ def test_after_the_fuzz_a_valid_message_is_spoken(fuzz_app):
 # --- 4. load ------------------------------------------------------------------------------
 
 def test_a_burst_of_500_is_queued_or_refused_never_dropped(tmp_path):
-    app = start_app(tmp_path, sink_kwargs={"paced": False}, queue={"max_length": 20}, cache={"max_mb": 0})
-    try:
+    with appliance(tmp_path, sink_kwargs={"paced": False}, queue={"max_length": 20}, cache={"max_mb": 0}) as app:
         ids = [f"burst-{i}" for i in range(500)]
         for i, rid in enumerate(ids):
             app.probe.client.publish(f"{app.prefix}/say", json.dumps({"text": f"{i}番目です。", "id": rid}), qos=1)
@@ -143,14 +130,11 @@ def test_a_burst_of_500_is_queued_or_refused_never_dropped(tmp_path):
         refused = [e for e in outcome.values() if e["event"] == "error"]
         assert all("queue full" in e["error"] for e in refused)
         assert len(finished) >= 21  # at least the queue's worth plus the one being spoken
-    finally:
-        stop_app(app)
 
 
 def test_memory_stays_flat_over_1000_utterances(tmp_path):
-    app = start_app(tmp_path, sink_kwargs={"paced": False}, queue={"max_length": 2000}, cache={"max_mb": 0},
-                    log={"level": "WARNING"})
-    try:
+    with appliance(tmp_path, sink_kwargs={"paced": False}, queue={"max_length": 2000}, cache={"max_mb": 0},
+                   log={"level": "WARNING"}) as app:
         def run(first, count):
             for i in range(first, first + count):
                 text = f"{i}です。"  # short, all different: a thousand syntheses, no cache hits
@@ -162,35 +146,27 @@ def test_memory_stays_flat_over_1000_utterances(tmp_path):
         run(100, 900)
         after = app.daemon.rss_mb()
         assert after - before < 20, f"RSS grew from {before:.0f} MB to {after:.0f} MB"
-    finally:
-        stop_app(app)
 
 
 # --- 3. sound card faults -------------------------------------------------------------------
 
 def test_sound_card_missing_at_start_then_plugged_in(tmp_path):
-    app = start_app(tmp_path, audio={"device": "usbcard", "retry_seconds": 1.0})
-    try:
+    with appliance(tmp_path, audio={"device": "usbcard", "retry_seconds": 1.0}) as app:
         assert "usbcard" in app.daemon.output()  # the start-up check said it is missing
         app.probe.publish("say", {"text": "聞こえますか。", "id": "a-1"})
         assert "usbcard" in app.probe.next_event(event="error", id="a-1")["error"]
         app.sink.set_named_device("usbcard")  # plugged in during the retry wait
         assert "interrupted" not in app.probe.next_event(event="finished", id="a-1", timeout=30)
         speaks(app)  # and it stays usable, without a restart
-    finally:
-        stop_app(app)
 
 
 def test_sound_card_gone_for_good_gives_up_and_keeps_serving(tmp_path):
-    app = start_app(tmp_path, audio={"device": "usbcard", "retry_seconds": 0.2})
-    try:
+    with appliance(tmp_path, audio={"device": "usbcard", "retry_seconds": 0.2}) as app:
         app.probe.publish("say", {"text": "聞こえますか。", "id": "g-1"})
         errors = [app.probe.next_event(event="error", id="g-1") for _ in range(3)]
         assert "retrying" in errors[0]["error"] and "retrying" not in errors[-1]["error"]
         app.sink.set_named_device("usbcard")
         speaks(app)
-    finally:
-        stop_app(app)
 
 
 # --- 5. damaged models ------------------------------------------------------------------------
@@ -221,8 +197,7 @@ def test_broken_voice_at_start_names_the_file(tmp_path, damaged_models):
 
 
 def test_switching_to_a_broken_voice_keeps_the_previous(tmp_path, damaged_models):
-    app = start_app(tmp_path, models={"dir": str(damaged_models)})
-    try:
+    with appliance(tmp_path, models={"dir": str(damaged_models)}) as app:
         app.probe.publish("voice/set", "broken-voice")
         error = app.probe.next_event(event="error")
         assert "broken-voice" in error["error"] and "synthesizer.onnx" in error["error"]
@@ -231,8 +206,6 @@ def test_switching_to_a_broken_voice_keeps_the_previous(tmp_path, damaged_models
         app.probe.publish("say", {"text": "まだ話せます。", "voice": "broken-voice", "id": "bv"})
         assert "broken-voice" in app.probe.next_event(event="error", id="bv")["error"]
         speaks(app)
-    finally:
-        stop_app(app)
 
 
 # --- 6. lifecycle: the watchdog -----------------------------------------------------------------
@@ -240,25 +213,24 @@ def test_switching_to_a_broken_voice_keeps_the_previous(tmp_path, damaged_models
 def test_a_wedged_worker_stops_the_watchdog_pings(tmp_path):
     notify = NotifySocket(tmp_path / "notify.sock")
     env = {"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "1000000"}  # ping every 0.5 s
-    app = start_app(tmp_path, env=env, watchdog={"stuck_seconds": 2})
     try:
-        wait_for(lambda: notify.since(0, "READY=1"), 10, what="READY=1")
-        t = time.monotonic()
-        time.sleep(1.5)
-        assert notify.since(t, "WATCHDOG=1") >= 2  # healthy while idle
-        app.probe.publish("say", {"text": "冷蔵庫のドアが開いています。" * 3, "id": "w"})
-        app.probe.next_event(event="started", id="w")
-        app.sink.pause()  # the sound card stops taking samples: the worker blocks in a write
-        time.sleep(4)
-        t = time.monotonic()
-        time.sleep(2)
-        assert notify.since(t, "WATCHDOG=1") == 0  # systemd would now restart the service
-        app.sink.resume()
-        app.probe.next_event(event="finished", id="w", timeout=60)
-        t = time.monotonic()
-        time.sleep(1.5)
-        assert notify.since(t, "WATCHDOG=1") >= 2
+        with appliance(tmp_path, env=env, watchdog={"stuck_seconds": 2}) as app:
+            wait_for(lambda: notify.since(0, "READY=1"), 10, what="READY=1")
+            t = time.monotonic()
+            time.sleep(1.5)
+            assert notify.since(t, "WATCHDOG=1") >= 2  # healthy while idle
+            app.probe.publish("say", {"text": "冷蔵庫のドアが開いています。" * 3, "id": "w"})
+            app.probe.next_event(event="started", id="w")
+            app.sink.pause()  # the sound card stops taking samples: the worker blocks in a write
+            time.sleep(4)
+            t = time.monotonic()
+            time.sleep(2)
+            assert notify.since(t, "WATCHDOG=1") == 0  # systemd would now restart the service
+            app.sink.resume()
+            app.probe.next_event(event="finished", id="w", timeout=60)
+            t = time.monotonic()
+            time.sleep(1.5)
+            assert notify.since(t, "WATCHDOG=1") >= 2
     finally:
-        stop_app(app)
         notify.close()
     assert any(f == "STOPPING=1" for _, f in notify.received)

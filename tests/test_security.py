@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import FIXTURE_MODELS, REPO
-from harness import AlsaSink, DaemonProcess, Mosquitto, SessionProbe, free_port, wait_for, write_config
+from harness import AlsaSink, DaemonProcess, Mosquitto, SessionProbe, free_port, running_daemon, wait_for, write_config
 
 PASSWORD = "Kumo7-zq!hayakoe-SECRET-4711"  # distinctive: searched for in every log
 WRONG_PASSWORD = "Tori3-xv!NOT-the-password-0815"
@@ -80,23 +80,15 @@ def app(secure):
     """The daemon, logged in over TLS, with DEBUG logging."""
     work = secure.work / "app"
     work.mkdir()
-    sink = AlsaSink(work)
-    config = write_config(work / "config.yaml", secure.port, secure.prefix, work,
-                          mqtt=tls_mqtt(secure), log={"level": "DEBUG"},
-                          queue={"max_length": 50, "max_text_chars": 300})
     probe = SessionProbe(secure.port, secure.prefix, clean_session=True, username=PROBE_USER,
                          password=PROBE_PASSWORD, ca_file=secure.pki.ca)
-    daemon = DaemonProcess(config, sink.home, work / "daemon.log")
     try:
-        wait_for(lambda: probe.last("status") == b"online" or daemon.proc.poll() is not None, 90,
-                 what="the daemon to come online over TLS")
-        assert daemon.proc.poll() is None, daemon.output()
-        yield SimpleNamespace(work=work, sink=sink, probe=probe, daemon=daemon, config=config,
-                              prefix=secure.prefix, secure=secure)
+        with running_daemon(work, secure.port, secure.prefix, probe, mqtt=tls_mqtt(secure),
+                            log={"level": "DEBUG"}, queue={"max_length": 50, "max_text_chars": 300}) as app:
+            app.secure = secure
+            yield app
     finally:
-        daemon.stop()
         probe.close()
-        sink.stop()
 
 
 def cli(*args, home=None):
