@@ -24,6 +24,11 @@ def files_fingerprint(paths) -> list:
     return out
 
 
+def voice_fingerprint(store, voice) -> list:
+    """Identity of every model file that shapes `voice`'s sound (its own and BERT)."""
+    return files_fingerprint([*voice.files, store.bert.path])
+
+
 def cache_key(text: str, voice: str, style: str, style_weight: float, speed: float,
               model_fingerprint: list) -> str:
     blob = json.dumps([text, voice, style, float(style_weight), float(speed), model_fingerprint],

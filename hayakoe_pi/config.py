@@ -58,6 +58,12 @@ SCHEMA: dict[str, Any] = {
         "max_length": (20, int, (1, 10000)),
         "max_text_chars": (1000, int, (1, 100000)),
     },
+    "wyoming": {
+        "enabled": (False, bool),
+        "host": ("0.0.0.0", str),
+        "port": (10200, int, (1, 65535)),
+        "zeroconf": (True, bool),
+    },
     "state": {"file": ("/var/lib/hayakoe-pi/state.json", str)},
     "watchdog": {"stuck_seconds": (90.0, _NUMBER, (1.0, 3600.0))},
     "log": {"level": ("INFO", str)},

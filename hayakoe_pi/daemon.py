@@ -29,7 +29,7 @@ import numpy as np
 
 from . import sdnotify
 from .audio import AudioError, Player, check_device, rescan_devices
-from .cache import PhraseCache, cache_key, files_fingerprint
+from .cache import PhraseCache, cache_key, voice_fingerprint
 from .config import voice_styles
 from .engine import Engine, TextError
 from .models import ModelError, ModelStore
@@ -376,8 +376,7 @@ class Daemon:
         speed = job.speed if job.speed is not None else self.config["voice"]["speed"]
         weight = self.config["voice"]["style_weight"]
         sr = voice.sample_rate
-        key = cache_key(job.text, voice_name, style, weight, speed,
-                        files_fingerprint([*voice.files, self.store.bert.path]))
+        key = cache_key(job.text, voice_name, style, weight, speed, voice_fingerprint(self.store, voice))
         cached = self.cache.get(key, sr)
 
         if job.play:
