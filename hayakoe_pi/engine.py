@@ -177,8 +177,9 @@ class Engine:
         last = len(sentences) - 1
         for i, (sentence, a) in enumerate(zip(sentences, analyses)):
             piece = None
+            # the first of several sentences starts with a short decoder window: first sound soon
             for piece in self._synthesize_sentence(voice, sid, a, next(features), style_vec, s,
-                                                   length_scale):
+                                                   length_scale, quick_start=i == 0 < last):
                 yield piece
             if i < last:
                 pause = self._pause_samples(sentence, piece, voice.sample_rate, length_scale)
@@ -186,18 +187,20 @@ class Engine:
                     yield np.zeros(pause, dtype=np.float32)
 
     def _bert_features(self, analyses: list[Analysis]) -> Iterator[np.ndarray]:
-        """Per-sentence phone-level BERT features [1024, phones], one BERT run per window.
+        """Per-sentence phone-level BERT features [1024, phones]; BERT sees each character once.
 
-        Sentences are packed into windows of up to MAX_BERT_CHARS characters and
-        run as one sequence; each sentence takes its characters' features and
-        the window's [CLS]/[SEP] features for its two boundary slots. A window
-        of one sentence is exactly a single-sentence BERT run.
+        The first sentence runs alone, so its sound does not wait for BERT over
+        the whole text (a lone sentence is exactly a single-sentence run, as the
+        reference does it). The others are packed into windows of up to
+        MAX_BERT_CHARS characters, each run as one sequence, computed while the
+        first sentence plays; each sentence takes its characters' features and
+        the window's [CLS]/[SEP] features for its two boundary slots.
         """
         i = 0
         while i < len(analyses):
             window = [analyses[i]]
             size = len(analyses[i].input_ids) - 2
-            while i + len(window) < len(analyses):
+            while i > 0 and i + len(window) < len(analyses):
                 extra = len(analyses[i + len(window)].input_ids) - 2
                 if size + extra > MAX_BERT_CHARS:
                     break
@@ -222,8 +225,8 @@ class Engine:
             i += len(window)
 
     def _synthesize_sentence(self, voice: Voice, sid: int, a: Analysis, bert: np.ndarray,
-                             style_vec: np.ndarray, s: SynthesisSettings,
-                             length_scale: float) -> Iterator[np.ndarray]:
+                             style_vec: np.ndarray, s: SynthesisSettings, length_scale: float,
+                             quick_start: bool = False) -> Iterator[np.ndarray]:
         """The sentence's audio: in decoder windows when the graph is split, else whole."""
         n = len(a.phones)
         scalar = lambda v: np.array([v], dtype=np.float32)  # noqa: E731
@@ -246,7 +249,8 @@ class Engine:
         latent = dict(zip(voice.decoder_inputs, voice.synth.run(list(voice.decoder_inputs), feeds)))
         z = latent[voice.decoder_inputs[0]]
         hop = voice.hop_length
-        for start, end, lo, hi in decoder_windows(z.shape[2], self.window_frames, voice.decoder_margin):
+        for start, end, lo, hi in decoder_windows(z.shape[2], self.window_frames, voice.decoder_margin,
+                                                  one_pass_if_fits=not quick_start):
             latent[voice.decoder_inputs[0]] = z[:, :, lo:hi]
             audio = voice.decoder.run(None, latent)[0].reshape(-1)
             yield audio[(start - lo) * hop:(end - lo) * hop]
@@ -260,16 +264,17 @@ class Engine:
         return max(0, int(round((target - trailing_silence(audio, sr)) * sr)))
 
 
-def decoder_windows(frames: int, window: int, margin: int,
-                    first: int = FIRST_WINDOW_FRAMES) -> Iterator[tuple[int, int, int, int]]:
+def decoder_windows(frames: int, window: int, margin: int, first: int = FIRST_WINDOW_FRAMES,
+                    one_pass_if_fits: bool = True) -> Iterator[tuple[int, int, int, int]]:
     """(start, end, lo, hi): frames start:end are kept from decoding lo:hi.
 
-    A sentence that fits in one window is decoded in one pass: every window
-    boundary costs 2 x margin frames of extra work. A longer one starts with a
-    short window, so its first sound comes soon, and the windows double up to
-    `window`; each plays for longer than the next takes to decode.
+    A sentence that fits in one window is decoded in one pass (unless told
+    otherwise): every window boundary costs 2 x margin frames of extra work.
+    Otherwise the first window is short, so the first sound comes soon, and
+    the windows double up to `window`; each plays for longer than the next
+    takes to decode.
     """
-    if frames <= window:
+    if frames <= window and one_pass_if_fits:
         yield 0, frames, 0, frames
         return
     start, size = 0, max(1, min(first, window))

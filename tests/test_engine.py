@@ -114,7 +114,7 @@ def test_stream_joined_equals_synthesize(engine):
     assert np.array_equal(np.concatenate(chunks), engine.synthesize(text, **QUIET))
 
 
-def test_multi_sentence_runs_bert_once(monkeypatch):
+def test_bert_sees_each_character_once_first_sentence_alone(monkeypatch):
     eng = Engine(FIXTURE_MODELS, voice=VOICE)
     calls = []
     real = eng.store.bert.__call__
@@ -127,8 +127,20 @@ def test_multi_sentence_runs_bert_once(monkeypatch):
             return real(ids)
 
     monkeypatch.setattr(eng.store, "bert", CountingBert())
-    list(eng.stream("冷蔵庫のドアが開いています。閉めてください。電気も消してね。", **QUIET))
-    assert len(calls) == 1
+    sentences = ["冷蔵庫のドアが開いています。", "閉めてください。", "電気も消してね。"]
+    list(eng.stream("".join(sentences), **QUIET))
+    chars = [len(eng.analyze(t).input_ids) - 2 for t in sentences]
+    # the first sentence alone (its sound need not wait), the rest in one sequence
+    assert calls == [chars[0] + 2, chars[1] + chars[2] + 2]
+
+
+def test_first_of_several_sentences_starts_with_a_short_window(engine):
+    first = "洗濯機の運転が終わりました。"
+    alone = list(engine.stream(first, **QUIET))
+    assert len(alone) == 1  # a lone sentence that fits a window: one pass
+    assert alone[0].size > FIRST_WINDOW_FRAMES * engine.voice.hop_length
+    chunks = list(engine.stream(first + "乾燥機に移してください。", **QUIET))
+    assert chunks[0].size <= FIRST_WINDOW_FRAMES * engine.voice.hop_length
 
 
 def test_pause_between_sentences(engine):
