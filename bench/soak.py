@@ -1,0 +1,110 @@
+"""Soak: the real daemon for a long time, with messages, junk and broker restarts.
+
+    python bench/soak.py --minutes 30 [--models DIR --voice NAME] [--restart-every 120]
+
+Starts a private mosquitto on a loopback port and the daemon (ALSA into a
+file sink drained at real-time speed, as in the tests), then until the time
+is up: publishes a mix of valid and invalid `say` messages with ids, restarts
+the broker every `--restart-every` seconds, and samples the daemon's RSS.
+At the end it prints what happened to every message and the RSS curve, and
+fails (exit 1) if a message got no answer, a valid one was spoken other than
+once, or the daemon died.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from harness import AlsaSink, DaemonProcess, Mosquitto, SessionProbe, write_config  # noqa: E402
+
+VALID = ["お風呂が沸きました。", "洗濯機の運転が終わりました。", "リビングは{n}.5℃、湿度{m}%です。",
+         "玄関の鍵が開いています。", "{n}時{m}分になりました。", "CO2濃度は{n}00ppmです。"]
+INVALID = [b"\xff\xfe", b"", b"{\"text\": 5}", b"{\"text\": \"x\", \"voice\": \"../etc\"}", "😊".encode(),
+           b"{\"text\": \"x\", \"speed\": 99}", b"{broken"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=10)
+    ap.add_argument("--models", default=str(REPO / "tests/fixtures/models/tiny"))
+    ap.add_argument("--voice", default="tiny-voice")
+    ap.add_argument("--restart-every", type=float, default=120, help="seconds between broker restarts")
+    ap.add_argument("--interval", type=float, default=2.0, help="seconds between messages")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="hayakoe-soak-"))
+    broker = Mosquitto(work / "broker").start()
+    sink = AlsaSink(work)
+    prefix = f"soak{broker.port}"
+    config = write_config(work / "config.yaml", broker.port, prefix, work, models={"dir": args.models},
+                          voice={"name": args.voice}, queue={"max_length": 50}, log={"level": "INFO"})
+    probe = SessionProbe(broker.port, prefix, client_id=f"soak-probe-{broker.port}")
+    daemon = DaemonProcess(config, sink.home, work / "daemon.log")
+    rng = random.Random(0)
+    sent_valid, sent_invalid, rss = [], [], []
+    try:
+        deadline = time.monotonic() + 90
+        while probe.last("status") != b"online":
+            if time.monotonic() > deadline or daemon.proc.poll() is not None:
+                print(daemon.output())
+                return 1
+            time.sleep(0.2)
+        start = time.monotonic()
+        end = start + args.minutes * 60
+        next_restart = start + args.restart_every
+        i = 0
+        while time.monotonic() < end and daemon.proc.poll() is None:
+            i += 1
+            if rng.random() < 0.8:
+                text = rng.choice(VALID).format(n=rng.randint(1, 30), m=rng.randint(0, 59))
+                rid = f"v{i}"
+                probe.client.publish(f"{prefix}/say", json.dumps({"text": text, "id": rid}), qos=1)
+                sent_valid.append(rid)
+            else:
+                probe.client.publish(f"{prefix}/say", rng.choice(INVALID), qos=1)
+                sent_invalid.append(i)
+            if time.monotonic() > next_restart:
+                broker.stop()
+                time.sleep(rng.uniform(0.5, 3))
+                broker.start()
+                next_restart += args.restart_every
+            rss.append((time.monotonic() - start, daemon.rss_mb()))
+            time.sleep(args.interval)
+        time.sleep(30)  # let the queue drain
+        events = list(probe.event_log)
+    finally:
+        alive = daemon.proc.poll() is None
+        daemon.stop()
+        probe.close()
+        broker.stop()
+        sink.stop()
+
+    finished = {}
+    for e in events:
+        if e["event"] == "finished" and e.get("id"):
+            finished[e["id"]] = finished.get(e["id"], 0) + 1
+    errors = [e for e in events if e["event"] == "error"]
+    unanswered = [r for r in sent_valid if r not in finished and not any(e.get("id") == r for e in errors)]
+    twice = [r for r, n in finished.items() if n > 1]
+    print(f"# soak: {args.minutes:g} min, voice {args.voice}, broker restarted every {args.restart_every:g} s")
+    print(f"valid sent {len(sent_valid)}, finished {len(finished)}, spoken twice {len(twice)}, "
+          f"unanswered {len(unanswered)}; invalid sent {len(sent_invalid)}, error events {len(errors)}")
+    if rss:
+        first = min(r for t, r in rss if t >= min(60, rss[-1][0] / 2))
+        print(f"RSS MB: start {rss[0][1]:.0f}, after warm-up {first:.0f}, end {rss[-1][1]:.0f}, "
+              f"max {max(r for _, r in rss):.0f}")
+    print(f"daemon alive at the end: {alive}; log: {work / 'daemon.log'}")
+    return 0 if alive and not unanswered and not twice else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
