@@ -365,25 +365,15 @@ def test_streaming_synthesis_speaks_as_text_arrives(app):
     assert_spoken(audio, min_seconds=0.6)
 
 
-def test_streamed_text_without_sentence_end_is_spoken_at_stop(app):
+@pytest.mark.parametrize("parts", [
+    ("電気を", "消し", "ました"),  # no sentence end: spoken at the stop
+    ("🎉🎉！", "お誕生日", "おめでとう！"),  # a piece with nothing to say is skipped
+])
+def test_streamed_pieces_are_spoken_whatever_their_ends(app, parts):
     async def go():
         async with client(app) as c:
             await c.write_event(SynthesizeStart().event())
-            for part in ("電気を", "消し", "ました"):
-                await c.write_event(SynthesizeChunk(text=part).event())
-            await c.write_event(SynthesizeStop().event())
-            return audio_of(await read_until(c, SynthesizeStopped().event().type))
-
-    audio = run(go())
-    assert audio.types[-1] == "synthesize-stopped"
-    assert_spoken(audio)
-
-
-def test_streamed_piece_with_nothing_to_say_is_skipped(app):
-    async def go():
-        async with client(app) as c:
-            await c.write_event(SynthesizeStart().event())
-            for part in ("🎉🎉！", "お誕生日", "おめでとう！"):
+            for part in parts:
                 await c.write_event(SynthesizeChunk(text=part).event())
             await c.write_event(SynthesizeStop().event())
             return audio_of(await read_until(c, SynthesizeStopped().event().type))
