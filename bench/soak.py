@@ -38,7 +38,9 @@ def main() -> int:
     ap.add_argument("--models", default=str(REPO / "tests/fixtures/models/tiny"))
     ap.add_argument("--voice", default="tiny-voice")
     ap.add_argument("--restart-every", type=float, default=120, help="seconds between broker restarts")
-    ap.add_argument("--interval", type=float, default=2.0, help="seconds between messages")
+    ap.add_argument("--interval", type=float, default=3.5,
+                    help="seconds between messages (shorter than the utterances fills the queue: "
+                         "then 'queue full' errors are expected)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="hayakoe-soak-"))
@@ -79,7 +81,11 @@ def main() -> int:
                 next_restart += args.restart_every
             rss.append((time.monotonic() - start, daemon.rss_mb()))
             time.sleep(args.interval)
-        time.sleep(30)  # let the queue drain
+        drain_until = time.monotonic() + 300  # let the queue drain
+        time.sleep(2)
+        while probe.last("state") != b"idle" and time.monotonic() < drain_until:
+            time.sleep(1)
+        time.sleep(3)
         events = list(probe.event_log)
     finally:
         alive = daemon.proc.poll() is None
