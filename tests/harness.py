@@ -288,6 +288,22 @@ def running_daemon(work: Path, port: int, prefix: str, probe, sink_kwargs: dict 
         sink.stop()
 
 
+@contextmanager
+def appliance(work: Path, make_probe=None, sink_kwargs: dict | None = None, env: dict | None = None,
+              **config_sections):
+    """A private broker, a probe (`make_probe(port, prefix)`, default Probe) and the daemon."""
+    broker = Mosquitto(work / "broker").start()
+    prefix = f"hk{broker.port}"
+    probe = (make_probe or Probe)(broker.port, prefix)
+    try:
+        with running_daemon(work, broker.port, prefix, probe, sink_kwargs, env, **config_sections) as app:
+            app.broker = broker
+            yield app
+    finally:
+        probe.close()
+        broker.stop()
+
+
 class NotifySocket:
     """Stands in for systemd: records what the daemon sends to $NOTIFY_SOCKET."""
 

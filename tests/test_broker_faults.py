@@ -22,7 +22,7 @@ import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from harness import Mosquitto, Probe, SessionProbe, running_daemon, wait_for
+from harness import Probe, SessionProbe, appliance, wait_for
 
 LONG_TEXT = "冷蔵庫のドアが開いています。閉めてください。" * 2  # about 9 s with the tiny voice
 BYTES_PER_SECOND = 44100 * 4
@@ -38,18 +38,10 @@ def app(tmp_path_factory):
     work = tmp_path_factory.mktemp("broker-faults")
     # persistence true, location work/broker/; as root mosquitto would become user
     # `mosquitto` and fail to write its database into our folder: stay who we are
-    broker = Mosquitto(work / "broker").start()
-    assert "persistence true" in broker.conf.read_text()
-    prefix = f"bf{broker.port}"
-    probe = SessionProbe(broker.port, prefix, client_id=f"probe-{prefix}")
-    try:
-        with running_daemon(work, broker.port, prefix, probe,
-                            queue={"max_length": 50, "max_text_chars": 300}) as app:
-            app.broker = broker
-            yield app
-    finally:
-        probe.close()
-        broker.stop()
+    with appliance(work, lambda port, prefix: SessionProbe(port, prefix, client_id=f"probe-{prefix}"),
+                   queue={"max_length": 50, "max_text_chars": 300}) as app:
+        assert "persistence true" in app.broker.conf.read_text()
+        yield app
 
 
 # --- helpers ---------------------------------------------------------------------------

@@ -11,25 +11,15 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURE_MODELS, REPO
-from harness import AlsaSink, Mosquitto, Probe, free_port, running_daemon, wait_for, write_config
+from harness import AlsaSink, Mosquitto, Probe, appliance, free_port, wait_for, write_config
 
 LONG_TEXT = "冷蔵庫のドアが開いています。閉めてください。" * 4
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    work = tmp_path_factory.mktemp("appliance")
-    broker = Mosquitto(work / "broker").start()
-    prefix = f"hk{broker.port}"
-    probe = Probe(broker.port, prefix)
-    try:
-        with running_daemon(work, broker.port, prefix, probe,
-                            queue={"max_length": 3, "max_text_chars": 300}) as app:
-            app.broker = broker
-            yield app
-    finally:
-        probe.close()
-        broker.stop()
+    with appliance(tmp_path_factory.mktemp("appliance"), queue={"max_length": 3, "max_text_chars": 300}) as app:
+        yield app
 
 
 def settle(app, timeout=60):

@@ -7,29 +7,13 @@ import json
 import shutil
 import string
 import time
-from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import FIXTURE_MODELS
-from harness import Mosquitto, NotifySocket, Probe, free_port, running_daemon, wait_for, write_config
-
-
-@contextmanager
-def appliance(work, sink_kwargs=None, env=None, **config_sections):
-    """A broker, a probe and the daemon, for one test (or module)."""
-    broker = Mosquitto(work / "broker").start()
-    prefix = f"hk{broker.port}"
-    probe = Probe(broker.port, prefix)
-    try:
-        with running_daemon(work, broker.port, prefix, probe, sink_kwargs, env, **config_sections) as app:
-            app.broker = broker
-            yield app
-    finally:
-        probe.close()
-        broker.stop()
+from harness import NotifySocket, appliance, free_port, wait_for, write_config
 
 
 def speaks(app, text="はい。"):
