@@ -82,6 +82,17 @@ def _session_options(level: ort.GraphOptimizationLevel, prepack: bool = True) ->
     return opts
 
 
+def _cpu_signature() -> str:
+    """The CPU's instruction sets: the optimized graph's layouts (NCHWc blocks) depend on them."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def _optimized_copy(path: Path, cache_root: Path) -> Path:
     """The model after ONNX Runtime's graph optimizations, saved once per model, ORT and CPU.
 
@@ -90,11 +101,12 @@ def _optimized_copy(path: Path, cache_root: Path) -> Path:
     weights in a separate file that ONNX Runtime memory-maps: no copy is made
     while loading, and the kernel may drop those pages under pressure. The
     numbers are the same. The saved graph may hold CPU-specific layouts,
-    hence the key.
+    hence the CPU in the key.
     """
     st = path.stat()
     key = hashlib.sha256(
-        f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{ort.__version__}|{platform.machine()}".encode()
+        f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{ort.__version__}|{platform.machine()}|"
+        f"{_cpu_signature()}".encode()
     ).hexdigest()[:16]
     target = cache_root / f"{key}-{path.name}"
     if not target.is_file():
@@ -323,7 +335,8 @@ def _split(synth_path: Path, cache_root: Path) -> SplitModel | None:
     if not synth_path.is_file():
         raise ModelError(f"synthesizer not found: {synth_path}")
     try:
-        return split_synthesizer(synth_path, cache_root)
+        return split_synthesizer(
+            synth_path, cache_root, lambda: _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL))
     except UnreadableModel as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else "unreadable"
         raise ModelError(

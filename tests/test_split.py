@@ -1,0 +1,83 @@
+"""The decoder cut out of synthesizer.onnx, and its 2-D form."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import FIXTURE_MODELS
+from hayakoe_pi.models import ModelStore, _session_options
+from hayakoe_pi.split import decoder_as_2d
+
+RNG = np.random.default_rng(1)
+
+
+def _decoder(extra_nodes=(), extra_inits=(), opset=17):
+    """A small HiFi-GAN-like graph: conv, transposed conv, leaky ReLU, residual add, tanh."""
+    inits = [
+        numpy_helper.from_array(RNG.standard_normal((4, 3, 5)).astype(np.float32), "pre.w"),
+        numpy_helper.from_array(RNG.standard_normal(4).astype(np.float32), "pre.b"),
+        numpy_helper.from_array(RNG.standard_normal((4, 2, 4)).astype(np.float32), "up.w"),
+        numpy_helper.from_array(RNG.standard_normal((2, 2, 3)).astype(np.float32), "res.w"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+        *extra_inits,
+    ]
+    nodes = [
+        helper.make_node("Conv", ["z", "pre.w", "pre.b"], ["a"], pads=[2, 2], kernel_shape=[5]),
+        helper.make_node("LeakyRelu", ["a"], ["b"], alpha=0.1),
+        helper.make_node("ConvTranspose", ["b", "up.w"], ["c"], strides=[2], pads=[1, 1]),
+        helper.make_node("Conv", ["c", "res.w"], ["d"], pads=[3, 3], dilations=[3]),
+        helper.make_node("Add", ["c", "d"], ["e"]),
+        helper.make_node("Mul", ["e", "half"], ["f"]),
+        *extra_nodes,
+        helper.make_node("Tanh", ["f" if not extra_nodes else extra_nodes[-1].output[0]], ["audio"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "decoder", [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3, "t"])],
+        [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, 2, "s"])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _run(model, z):
+    # the options the engine uses: other tests in this process set up ORT's shared thread pool
+    opts = _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return session.run(None, {"z": z})[0]
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+def test_2d_form_gives_the_same_samples(opset):
+    model = _decoder(opset=opset)
+    z = RNG.standard_normal((1, 3, 37)).astype(np.float32)
+    expected = _run(model, z)
+    flat = onnx.ModelProto()
+    flat.CopyFrom(model)
+    as_2d = decoder_as_2d(flat)
+    assert as_2d is not None
+    assert all(len(helper.get_attribute_value(a)) == 2 for n in as_2d.graph.node
+               for a in n.attribute if a.name == "kernel_shape")
+    got = _run(as_2d, z)
+    assert got.shape == expected.shape
+    assert np.abs(got - expected).max() <= 1e-5
+
+
+def test_graphs_it_cannot_rewrite_are_left_alone():
+    reshape = _decoder([helper.make_node("Reshape", ["f", "shape"], ["g"])],
+                       [numpy_helper.from_array(np.array([1, 2, -1], np.int64), "shape")])
+    per_channel = _decoder([helper.make_node("Add", ["f", "bias"], ["g"])],
+                           [numpy_helper.from_array(np.ones((2, 1), np.float32), "bias")])
+    # right-aligned broadcasting of a [2, 1] operand would change meaning in 4-D
+    assert decoder_as_2d(reshape) is None
+    assert decoder_as_2d(per_channel) is None
+
+
+def test_fixture_decoder_is_cut_in_2d_form(tmp_path):
+    ModelStore(FIXTURE_MODELS, derived_dir=tmp_path).voice("tiny-voice")  # as the engine loads it
+    [path] = tmp_path.glob("split/*/synthesizer.decoder.onnx")
+    decoder = onnx.load(str(path))
+    kernels = [helper.get_attribute_value(a) for n in decoder.graph.node if n.op_type == "Conv"
+               for a in n.attribute if a.name == "kernel_shape"]
+    assert kernels and all(len(k) == 2 and k[0] == 1 for k in kernels)
+    # the engine's decoder still takes [1, channels, frames] (test_engine checks its samples)
+    assert len(decoder.graph.input[0].type.tensor_type.shape.dim) == 3
