@@ -46,30 +46,45 @@ def cpu_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-_shared_threads: bool | None = None
+_shared: tuple[bool, bool] | None = None  # (thread pool, memory arena) shared by all sessions
 
 
-def _use_shared_threads() -> bool:
-    """One pool of compute threads for all sessions (BERT, synthesizer, decoder).
+def _shared_runtime() -> tuple[bool, bool]:
+    """One pool of compute threads and one memory arena for all sessions
+    (BERT, synthesizer, decoder), set up before ONNX Runtime's environment exists.
 
     With a pool per session, each one's threads keep spinning after its run
     and take the cores from the next session (measured: short texts 10 %
-    slower on 2 cores).
+    slower on 2 cores). With an arena per session, each keeps its own peak;
+    one shared arena is reused by the sessions in turn (measured: 40 MB less
+    at the peak on a 38 s text).
     """
-    global _shared_threads
-    if _shared_threads is None:
+    global _shared
+    if _shared is None:
         try:
             ort.set_global_thread_pool_sizes(cpu_threads(), 1)
-            _shared_threads = True
+            threads = True
         except Exception:  # ONNX Runtime's environment was made already
-            _shared_threads = False
-    return _shared_threads
+            threads = False
+        try:
+            cpu = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+            # 0: no limit; 0: grow by powers of two (growing by what is asked
+            # fragments: measured 60-120 MB more); -1: defaults
+            ort.create_and_register_allocator(cpu, ort.OrtArenaCfg(0, 0, -1, -1))
+            arena = True
+        except Exception:  # registered already, or not in this ONNX Runtime
+            arena = False
+        _shared = (threads, arena)
+    return _shared
 
 
 def _session_options(level: ort.GraphOptimizationLevel, prepack: bool = True) -> ort.SessionOptions:
     opts = ort.SessionOptions()
-    if _use_shared_threads():
+    threads, arena = _shared_runtime()
+    if threads:
         opts.use_per_session_threads = False
+    if arena:
+        opts.add_session_config_entry("session.use_env_allocators", "1")
     if not prepack:
         opts.add_session_config_entry("session.disable_prepacking", "1")
     opts.graph_optimization_level = level
