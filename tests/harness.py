@@ -101,14 +101,22 @@ class AlsaSink:
         self._stop = threading.Event()
         self._running = threading.Event()
         self._running.set()
+        self._plugged = threading.Event()
+        self._plugged.set()
         self._thread = threading.Thread(target=self._drain, daemon=True)
         self._thread.start()
 
     def _drain(self) -> None:
         while not self._stop.is_set():
-            with open(self.fifo, "rb", buffering=0) as f, open(self.raw, "ab") as out:
+            self._plugged.wait()
+            try:
+                f = open(self.fifo, "rb", buffering=0)
+            except OSError:  # unplugged just now
+                time.sleep(0.05)
+                continue
+            with f, open(self.raw, "ab") as out:
                 started, got = time.monotonic(), 0
-                while True:
+                while self._plugged.is_set():
                     self._running.wait()
                     block = f.read(8192)
                     if not block:
@@ -139,17 +147,37 @@ class AlsaSink:
     def resume(self) -> None:
         self._running.set()
 
+    def unplug(self) -> None:
+        """Pull the card out: the reader goes away mid-write (ALSA reports an I/O
+        error, as for a USB card pulled out) and the device cannot be opened again."""
+        self._plugged.clear()
+        away = self.fifo.with_name(self.fifo.name + ".away")
+        self.fifo.rename(away)
+        self.fifo.mkdir()  # opening a directory for writing fails
+        self._wake_reader(away)
+
+    def plug_in(self) -> None:
+        away = self.fifo.with_name(self.fifo.name + ".away")
+        self.fifo.rmdir()
+        away.rename(self.fifo)
+        self._plugged.set()
+
+    @staticmethod
+    def _wake_reader(fifo: Path) -> None:
+        """Unblock a reader waiting in open() for a writer."""
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+
     def played_seconds(self) -> float:
         return self.raw.stat().st_size / self.rate
 
     def stop(self) -> None:
         self._stop.set()
         self._running.set()
-        try:  # unblock a reader waiting for a writer
-            fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
-            os.close(fd)
-        except OSError:
-            pass
+        self._plugged.set()
+        self._wake_reader(self.fifo)
 
 
 class Probe:

@@ -153,6 +153,29 @@ def test_sound_card_gone_for_good_gives_up_and_keeps_serving(tmp_path):
         speaks(app)
 
 
+@pytest.mark.parametrize("while_speaking", [True, False])
+def test_sound_card_pulled_out_and_plugged_back_while_running(tmp_path, while_speaking):
+    text = "冷蔵庫のドアが開いたままになっていますので、台所まで行って閉めてください。"
+    with appliance(tmp_path, audio={"retry_seconds": 2.0}, cache={"max_mb": 0}) as app:
+        speaks(app)  # the card works
+        if while_speaking:
+            app.probe.publish("say", {"text": text, "id": "p-1"})
+            app.probe.next_event(event="started", id="p-1")
+            played = app.sink.played_seconds()
+            wait_for(lambda: app.sink.played_seconds() > played + 0.3, timeout=30)
+            app.sink.unplug()
+        else:
+            app.sink.unplug()
+            app.probe.publish("say", {"text": text, "id": "p-1"})
+        error = app.probe.next_event(event="error", id="p-1")["error"]
+        assert "audio device" in error and "retrying" in error
+        if while_speaking:
+            assert "failed while playing" in error
+        app.sink.plug_in()  # during the retry wait
+        assert "interrupted" not in app.probe.next_event(event="finished", id="p-1", timeout=60)
+        speaks(app)  # no restart needed
+
+
 # --- 5. damaged models ------------------------------------------------------------------------
 
 @pytest.fixture
