@@ -69,7 +69,7 @@ def _shared_runtime() -> tuple[bool, bool]:
         try:
             cpu = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
             # 0: no limit; 0: grow by powers of two (growing by what is asked
-            # fragments: measured 60-120 MB more); -1: defaults
+            # fragments: measured 37-164 MB more); -1: defaults
             ort.create_and_register_allocator(cpu, ort.OrtArenaCfg(0, 0, -1, -1))
             arena = True
         except Exception:  # registered already, or not in this ONNX Runtime
