@@ -80,6 +80,15 @@ class Mosquitto:
             self.proc.wait(10)
 
 
+def settle(app, timeout: float = 60):
+    """Wait until the daemon has spoken everything and the sink is drained."""
+    wait_for(lambda: app.probe.last("state") == b"idle", timeout, what="idle")
+    size = -1
+    while app.sink.raw.stat().st_size != size:
+        size = app.sink.raw.stat().st_size
+        time.sleep(0.4)
+
+
 class AlsaSink:
     """ALSA's default device written to a FIFO that is drained at real-time speed.
 

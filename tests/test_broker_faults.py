@@ -22,7 +22,7 @@ import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from harness import Probe, SessionProbe, appliance, wait_for
+from harness import Probe, SessionProbe, appliance, settle, wait_for
 
 LONG_TEXT = "冷蔵庫のドアが開いています。閉めてください。" * 2  # about 9 s with the tiny voice
 BYTES_PER_SECOND = 44100 * 4
@@ -52,15 +52,6 @@ def connects(app) -> int:
 
 def disconnects(app) -> int:
     return app.daemon.output().count("disconnected from MQTT broker")
-
-
-def settle(app, timeout=60):
-    """Everything spoken and the sink drained."""
-    wait_for(lambda: app.probe.last("state") == b"idle", timeout, what="idle")
-    size = -1
-    while app.sink.raw.stat().st_size != size:
-        size = app.sink.raw.stat().st_size
-        time.sleep(0.4)
 
 
 def cache_entries(app) -> dict:

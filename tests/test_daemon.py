@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURE_MODELS, REPO
-from harness import AlsaSink, Mosquitto, Probe, appliance, free_port, wait_for, write_config
+from harness import AlsaSink, Mosquitto, Probe, appliance, free_port, settle, wait_for, write_config
 
 LONG_TEXT = "冷蔵庫のドアが開いています。閉めてください。" * 4
 
@@ -20,15 +20,6 @@ LONG_TEXT = "冷蔵庫のドアが開いています。閉めてください。"
 def app(tmp_path_factory):
     with appliance(tmp_path_factory.mktemp("appliance"), queue={"max_length": 3, "max_text_chars": 300}) as app:
         yield app
-
-
-def settle(app, timeout=60):
-    """Wait until the daemon has spoken everything and the sink is drained."""
-    wait_for(lambda: app.probe.last("state") == b"idle", timeout, what="idle")
-    size = -1
-    while app.sink.raw.stat().st_size != size:
-        size = app.sink.raw.stat().st_size
-        time.sleep(0.3)
 
 
 def test_speaks_a_plain_text_message(app):
