@@ -68,16 +68,7 @@ SIZES: dict[str, dict] = {
         "bert": {"emb_dim": 16, "d_model": 64, "n_layers": 2, "n_heads": 2},
     },
     "full": {
-        "model": {
-            "inter_channels": 192,
-            "hidden_channels": 192,
-            "filter_channels": 768,
-            "n_heads": 2,
-            "n_layers": 6,
-            "kernel_size": 3,
-            "upsample_initial_channel": 512,
-            "gin_channels": 512,
-        },
+        "model": {},  # config_jp_extra as it is (sbv2_config's base block)
         "extra": {},
         "bert": "deberta-v2-large",  # A.DebertaHiddenStates
     },
