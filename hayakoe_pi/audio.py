@@ -1,7 +1,8 @@
-"""Audio output: WAV files (and, later, the sound card)."""
+"""Audio output: WAV files and the sound card."""
 
 from __future__ import annotations
 
+import time
 import wave
 from pathlib import Path
 
@@ -72,71 +73,129 @@ def check_device(device: str | int | None) -> str:
 
 
 class Player:
-    """Plays float32 chunks on one ALSA/PortAudio device as they arrive.
+    """Plays an utterance on one ALSA/PortAudio device while it is synthesized.
 
-    Chunks are written back to back, so sentences join without gaps; a short
-    fade at the start, at the end and when stopped avoids clicks. Only the
-    last few milliseconds of each chunk are held back (to fade the very end),
-    so the first sound does not wait for the rest of the text.
+    It reads a SynthesisAhead (or plain chunks) piece by piece and writes
+    them back to back. Between sentences, a sentence that could not play to
+    its end without the card running dry waits, and the pause before it
+    grows with written silence; inside a sentence nothing is ever added. A
+    short fade at the start, at the end and when stopped avoids clicks. Only
+    the last few milliseconds are held back (to fade the very end).
     """
 
     BLOCK = 2048  # frames per write: how often a stop request is noticed
+    WAIT_SECONDS = 0.02  # silence written at a time while the next sentence is not ready
 
     def __init__(self, device: str | int | None = "default", fade_ms: float = 8.0):
         self.device = device
         self.fade_ms = fade_ms
+        self.underruns = 0  # times the card ran dry during the last play()
         self._progress = None
 
-    def play(self, chunks, sample_rate: int, volume: float = 1.0, stop=None, progress=None) -> bool:
-        """Play all chunks; False if `stop` (a threading.Event) cut it short.
+    def play(self, source, sample_rate: int, volume: float = 1.0, stop=None, progress=None) -> bool:
+        """Play everything; False if `stop` (a threading.Event) cut it short.
 
-        `progress()` is called after every block written: a sign of life for
-        the watchdog, since a wedged device blocks the write.
+        `source` is a SynthesisAhead, or an iterable of float32 chunks. The
+        device is opened once the first sentence can flow. `progress()` is
+        called after every block written: a sign of life for the watchdog,
+        since a wedged device blocks the write.
         """
         import sounddevice as sd
 
+        from .ahead import SynthesisAhead
+
+        ahead = source if isinstance(source, SynthesisAhead) else SynthesisAhead.of_chunks(source, sample_rate)
         self._progress = progress
+        self.underruns = 0
+        stop = stop or _NEVER
         fade = max(1, int(sample_rate * self.fade_ms / 1000))
         ramp = np.linspace(0.0, 1.0, fade, dtype=np.float32)
+        silence = np.zeros(int(sample_rate * self.WAIT_SECONDS), dtype=np.float32)
+        stream = None
+        held = np.zeros(0, dtype=np.float32)
+        index = played = 0
+        in_sentence = False  # the last piece written did not end its sentence
+        ahead.played(0)
         try:
-            stream = sd.OutputStream(samplerate=sample_rate, channels=1, dtype="float32",
-                                     device=_device_arg(self.device))
-        except (ValueError, sd.PortAudioError) as e:
-            raise AudioError(f"cannot open audio device {self.device!r}: {e}") from None
-        try:
-            stream.start()
-            held = np.zeros(0, dtype=np.float32)
-            first = True
-            for chunk in chunks:
-                data = np.concatenate([held, np.asarray(chunk, dtype=np.float32) * volume])
-                if first and data.size:
+            while True:
+                if stop.is_set():
+                    if stream is not None:
+                        self._fade_out(stream, held, ramp)
+                    return False
+                piece = ahead.get(index, timeout=self.WAIT_SECONDS)
+                if piece is None and ahead.at_end(index):
+                    break
+                waiting = piece is None or (piece.starts_sentence and
+                                            not ahead.can_flow(index, time.monotonic()))
+                if waiting:
+                    # inside a sentence nothing can be done but wait (if the card runs
+                    # dry it is counted); between sentences the pause grows
+                    if stream is not None and not in_sentence:
+                        self._write(stream, np.concatenate([held, silence]), stop)
+                        held = held[:0]
+                    elif piece is not None:
+                        stop.wait(self.WAIT_SECONDS)
+                    continue
+                if stream is None:
+                    stream = self._open(sd, sample_rate)
+                data = np.concatenate([held, piece.audio.astype(np.float32, copy=False) * volume])
+                if played == 0 and held.size == 0:
                     n = min(fade, data.size)
                     data[:n] *= ramp[:n]
-                    first = False
                 body, held = data[:-fade], data[-fade:].copy()
                 written = self._write(stream, body, stop)
                 if written < body.size:  # stopped: fade out from where it was cut
                     self._fade_out(stream, data[written:written + fade], ramp)
                     return False
-            self._fade_out(stream, held, ramp)
+                index += 1
+                played += piece.audio.size
+                ahead.played(played)
+                in_sentence = not piece.ends_sentence
+            if stream is not None:
+                self._fade_out(stream, held, ramp)
             return True
         except sd.PortAudioError as e:
             raise AudioError(f"audio device {self.device!r} failed while playing: {e}") from None
         finally:
-            stream.close(ignore_errors=True)
+            if stream is not None:
+                stream.close(ignore_errors=True)
+
+    def _open(self, sd, sample_rate: int):
+        try:
+            stream = sd.OutputStream(samplerate=sample_rate, channels=1, dtype="float32",
+                                     device=_device_arg(self.device))
+        except (ValueError, sd.PortAudioError) as e:
+            raise AudioError(f"cannot open audio device {self.device!r}: {e}") from None
+        stream.start()
+        return stream
 
     def _write(self, stream, data: np.ndarray, stop) -> int:
         """Frames written before `stop` was set (all of them if it was not)."""
         for start in range(0, data.size, self.BLOCK):
-            if stop is not None and stop.is_set():
+            if stop.is_set():
                 return start
-            stream.write(np.clip(data[start:start + self.BLOCK], -1.0, 1.0).reshape(-1, 1))
+            if stream.write(np.clip(data[start:start + self.BLOCK], -1.0, 1.0).reshape(-1, 1)):
+                self.underruns += 1  # PortAudio: the card ran dry before this block
             if self._progress:
                 self._progress()
         return data.size
 
-    @staticmethod
-    def _fade_out(stream, tail: np.ndarray, ramp: np.ndarray) -> None:
+    def _fade_out(self, stream, tail: np.ndarray, ramp: np.ndarray) -> None:
         if tail.size:
-            stream.write(np.clip(tail * ramp[::-1][-tail.size:], -1.0, 1.0).reshape(-1, 1))
+            if stream.write(np.clip(tail * ramp[::-1][-tail.size:], -1.0, 1.0).reshape(-1, 1)):
+                self.underruns += 1
         stream.stop()  # returns once the buffered audio has been played
+
+
+class _Never:
+    @staticmethod
+    def is_set() -> bool:
+        return False
+
+    @staticmethod
+    def wait(timeout: float) -> bool:
+        time.sleep(timeout)
+        return False
+
+
+_NEVER = _Never()

@@ -94,6 +94,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _say(args: argparse.Namespace) -> int:
+    from .ahead import synthesize_ahead
     from .audio import Player
     from .engine import Engine
 
@@ -102,9 +103,9 @@ def _say(args: argparse.Namespace) -> int:
     engine = Engine(models, voice=args.voice or config["voice"]["name"])
     style = args.style or config["voice"]["style"]
     speed = args.speed or config["voice"]["speed"]
-    chunks = engine.stream(" ".join(args.text), style=style, speed=speed,
-                           style_weight=config["voice"]["style_weight"])
-    Player(args.device or config["audio"]["device"]).play(chunks, engine.sample_rate,
+    ahead = synthesize_ahead(engine, " ".join(args.text), style=style, speed=speed,
+                             style_weight=config["voice"]["style_weight"])
+    Player(args.device or config["audio"]["device"]).play(ahead, engine.sample_rate,
                                                            config["audio"]["volume"])
     return 0
 

@@ -2,7 +2,8 @@
 
 Threads:
 - paho's network thread parses each message and queues it (never blocks);
-- one worker speaks the queue in order (synthesis streamed into playback);
+- one worker speaks the queue in order, playing while a synthesis thread of
+  the utterance runs ahead of it (ahead.py);
 - one control thread applies voice/style/volume changes (a voice may take
   seconds to load);
 - the main thread waits for SIGTERM and pings the systemd watchdog while the
@@ -11,7 +12,6 @@ Threads:
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import math
@@ -25,9 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from . import sdnotify
+from .ahead import SynthesisAhead, synthesize_ahead
 from .audio import AudioError, Player, check_device, rescan_devices
 from .cache import PhraseCache, cache_key, voice_fingerprint
 from .config import voice_styles
@@ -129,6 +129,7 @@ class Daemon:
         self.recent_ids: OrderedDict[str, None] = OrderedDict()
         self.progress = time.monotonic()  # last sign of life from the worker
         self.busy = False
+        self.speaking: SynthesisAhead | None = None  # the utterance in progress
         self.control = ThreadPoolExecutor(max_workers=1, thread_name_prefix="control")
         self.worker = threading.Thread(target=self._work, name="speaker", daemon=True)
         self.wyoming = None  # the Wyoming server for Home Assistant Assist, when enabled
@@ -153,6 +154,8 @@ class Daemon:
         with self.cond:
             self.cond.notify_all()
         self.worker.join(timeout=1.5)
+        if self.speaking is not None:  # let the decoder window in progress end
+            self.speaking.join(timeout=2.0)
         self.control.shutdown(wait=False, cancel_futures=True)
         if self.wyoming is not None:
             self.wyoming.stop(timeout=2.0)
@@ -382,51 +385,59 @@ class Daemon:
         if job.play:
             self._publish_state("speaking")
         self._event("started", job)
-        collected: list[np.ndarray] = []
-
-        def synthesized():
-            for chunk in self.engine.stream(job.text, style=style, style_weight=weight, speed=speed,
-                                            voice=voice_name):
-                self._alive()
-                collected.append(chunk)
-                yield chunk
-
+        if cached is not None:
+            ahead = SynthesisAhead.of_chunks([cached], sr)
+        else:
+            ahead = synthesize_ahead(self.engine, job.text, voice=voice_name, progress=self._alive,
+                                     style=style, style_weight=weight, speed=speed)
+        self.speaking = ahead
         try:
-            if cached is not None:
-                collected.append(cached)
-                source = iter(())
-            else:
-                source = synthesized()
-            if not job.play:
-                for _ in source:
-                    if self.cut.is_set():
-                        break
-                completed = not self.cut.is_set()
-            else:
+            if job.play:
                 volume = job.volume if job.volume is not None else s.volume
-                completed = self._play(job, source, collected, sr, volume)
+                completed = self._play(job, ahead, sr, volume)
+            else:
+                completed = self._synthesize_only(ahead)
         except (TextError, ValueError) as e:
             self._error(f"cannot speak this text: {e}", job.id, job.text)
             return
+        finally:
+            ahead.cancel()  # a cut utterance stops synthesizing after the window in progress
         if completed is None:
             return  # audio failed for good; the error was published
-        if completed and cached is None and collected:
-            self.cache.put(key, sr, np.concatenate(collected))
+        if completed and cached is None and ahead.complete:
+            self.cache.put(key, sr, ahead.audio())
         extra = {"cached": cached is not None}
+        if job.play:
+            extra["underruns"] = self.player.underruns
         if not completed:
             extra["interrupted"] = True
+        log.info("%s %s: %.1f s of audio%s", "spoke" if job.play else "prepared", job.id,
+                 ahead.audio().size / sr, f", {self.player.underruns} underruns" if job.play else "")
         self._event("finished", job, **extra)
 
-    def _play(self, job: Job, source, collected: list, sr: int, volume: float) -> bool | None:
-        """Play with retries when the device is missing or fails; None when it gave up."""
+    def _synthesize_only(self, ahead: SynthesisAhead) -> bool:
+        """Run synthesis to the end (for the cache); False if cut."""
+        index = samples = 0
+        while not self.cut.is_set():
+            piece = ahead.get(index, timeout=0.1)
+            if piece is None:
+                if ahead.at_end(index):
+                    return True
+                continue
+            index, samples = index + 1, samples + piece.audio.size
+            ahead.played(samples)
+        return False
+
+    def _play(self, job: Job, ahead: SynthesisAhead, sr: int, volume: float) -> bool | None:
+        """Play with retries when the device is missing or fails; None when it gave up.
+
+        A retry starts the utterance over, from what was synthesized meanwhile.
+        """
         for attempt in range(1, AUDIO_ATTEMPTS + 1):
-            # what was synthesized so far (all of it when cached), then the rest as it comes;
-            # a retry so starts the utterance over
-            chunks = itertools.chain(list(collected), source)
             if attempt > 1:
                 rescan_devices()  # a card plugged in (again) meanwhile is found
             try:
-                return self.player.play(chunks, sr, volume, stop=self.cut, progress=self._alive)
+                return self.player.play(ahead, sr, volume, stop=self.cut, progress=self._alive)
             except AudioError as e:
                 wait = self.config["audio"]["retry_seconds"]
                 last = attempt == AUDIO_ATTEMPTS
@@ -486,4 +497,7 @@ def run(config: dict) -> int:
     except AudioError as e:
         log.error("%s; speech will fail until it is fixed", e)
     daemon.serve_forever()
-    return 0
+    # Skip interpreter teardown: a synthesis or Wyoming thread still inside ONNX
+    # Runtime when its globals are destroyed aborts the process (seen: SIGABRT).
+    logging.shutdown()
+    os._exit(0)

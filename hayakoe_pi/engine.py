@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from .models import ModelStore, Voice
 from .text import Analysis, TextError
 from .text.phonemes import PUNCTUATIONS
 
-__all__ = ["Engine", "TextError", "split_sentences"]
+__all__ = ["Engine", "Piece", "TextError", "split_sentences"]
 
 # BERT's position limit is 512 tokens including [CLS] and [SEP].
 MAX_BERT_CHARS = 510
@@ -103,6 +104,34 @@ class SynthesisSettings:
                 raise ValueError(f"{name} must be a number from {low} to {high}, got {value!r}")
 
 
+@dataclass
+class Piece:
+    """One chunk of an utterance, with what a player needs to schedule it.
+
+    A sentence's length is known once its synthesizer front has run, before
+    its decoder starts: `windows` lists every decoder window of the sentence
+    as (first sample, end sample, latent frames decoded), so a player can tell
+    whether the rest will be ready in time.
+    """
+
+    audio: np.ndarray
+    sentence: int  # index of the sentence in the text
+    pause: bool = False  # silence after the sentence, not speech
+    offset: int = 0  # first sample of `audio` within the sentence's speech
+    sentence_samples: int = 0  # the sentence's speech, in samples
+    windows: tuple[tuple[int, int, int], ...] = ()
+    decode_seconds: float = 0.0  # time the decoder took for this piece (0: not decoded in windows)
+    frames: int = 0  # latent frames decoded for it, margins included
+
+    @property
+    def starts_sentence(self) -> bool:
+        return not self.pause and self.offset == 0
+
+    @property
+    def ends_sentence(self) -> bool:
+        return self.pause or self.offset + self.audio.size >= self.sentence_samples
+
+
 class Engine:
     def __init__(self, models_dir: str | Path, voice: str = "jvnv-F1-jp",
                  speaker: str | int | None = None, store: ModelStore | None = None,
@@ -138,11 +167,16 @@ class Engine:
         chunks = list(self.stream(text, **settings))
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
-    def stream(self, text: str, style: str = "Neutral", style_weight: float = 1.0,
+    def stream(self, text: str, **settings) -> Iterator[np.ndarray]:
+        """Float32 chunks in playing order, each as soon as it is synthesized."""
+        for piece in self.pieces(text, **settings):
+            yield piece.audio
+
+    def pieces(self, text: str, style: str = "Neutral", style_weight: float = 1.0,
                speed: float = 1.0, sdp_ratio: float = 0.2, noise: float = 0.6,
                noise_w: float = 0.8, voice: str | None = None,
-               speaker: str | int | None = None) -> Iterator[np.ndarray]:
-        """Float32 chunks in playing order, each as soon as it is synthesized.
+               speaker: str | int | None = None) -> Iterator[Piece]:
+        """The utterance as Pieces in playing order, each as soon as it is synthesized.
 
         `voice` (and `speaker`) pick another loaded voice for this text only.
         Several threads may stream at once: their steps take turns (OpenJTalk
@@ -152,13 +186,13 @@ class Engine:
                              voice, speaker)
         while True:
             with self._lock:
-                chunk = next(steps, None)
-            if chunk is None:
+                piece = next(steps, None)
+            if piece is None:
                 return
-            yield chunk
+            yield piece
 
     def _stream(self, text: str, s: SynthesisSettings, voice_name: str | None,
-                speaker: str | int | None) -> Iterator[np.ndarray]:
+                speaker: str | int | None) -> Iterator[Piece]:
         s.check()
         if voice_name is None:
             voice, sid = self.voice, self.speaker  # a voice switch mid-stream does not tear it
@@ -180,11 +214,12 @@ class Engine:
             # the first of several sentences starts with a short decoder window: first sound soon
             for piece in self._synthesize_sentence(voice, sid, a, next(features), style_vec, s,
                                                    length_scale, quick_start=i == 0 < last):
+                piece.sentence = i
                 yield piece
             if i < last:
-                pause = self._pause_samples(sentence, piece, voice.sample_rate, length_scale)
+                pause = self._pause_samples(sentence, piece.audio, voice.sample_rate, length_scale)
                 if pause:
-                    yield np.zeros(pause, dtype=np.float32)
+                    yield Piece(np.zeros(pause, dtype=np.float32), i, pause=True)
 
     def _bert_features(self, analyses: list[Analysis]) -> Iterator[np.ndarray]:
         """Per-sentence phone-level BERT features [1024, phones]; BERT sees each character once.
@@ -226,7 +261,7 @@ class Engine:
 
     def _synthesize_sentence(self, voice: Voice, sid: int, a: Analysis, bert: np.ndarray,
                              style_vec: np.ndarray, s: SynthesisSettings, length_scale: float,
-                             quick_start: bool = False) -> Iterator[np.ndarray]:
+                             quick_start: bool = False) -> Iterator[Piece]:
         """The sentence's audio: in decoder windows when the graph is split, else whole."""
         n = len(a.phones)
         scalar = lambda v: np.array([v], dtype=np.float32)  # noqa: E731
@@ -244,16 +279,22 @@ class Engine:
             "sdp_ratio": scalar(s.sdp_ratio),
         }
         if voice.decoder is None:
-            yield voice.synth.run([voice.synth_outputs[0]], feeds)[0].reshape(-1)
+            audio = voice.synth.run([voice.synth_outputs[0]], feeds)[0].reshape(-1)
+            yield Piece(audio, 0, sentence_samples=audio.size, windows=((0, audio.size, 0),))
             return
         latent = dict(zip(voice.decoder_inputs, voice.synth.run(list(voice.decoder_inputs), feeds)))
         z = latent[voice.decoder_inputs[0]]
         hop = voice.hop_length
-        for start, end, lo, hi in decoder_windows(z.shape[2], self.window_frames, voice.decoder_margin,
-                                                  one_pass_if_fits=not quick_start):
+        plan = list(decoder_windows(z.shape[2], self.window_frames, voice.decoder_margin,
+                                    one_pass_if_fits=not quick_start))
+        windows = tuple((start * hop, end * hop, hi - lo) for start, end, lo, hi in plan)
+        for start, end, lo, hi in plan:
             latent[voice.decoder_inputs[0]] = z[:, :, lo:hi]
+            began = time.perf_counter()
             audio = voice.decoder.run(None, latent)[0].reshape(-1)
-            yield audio[(start - lo) * hop:(end - lo) * hop]
+            yield Piece(audio[(start - lo) * hop:(end - lo) * hop], 0, offset=start * hop,
+                        sentence_samples=z.shape[2] * hop, windows=windows,
+                        decode_seconds=time.perf_counter() - began, frames=hi - lo)
 
     @staticmethod
     def _pause_samples(sentence: str, audio: np.ndarray, sr: int, length_scale: float) -> int:

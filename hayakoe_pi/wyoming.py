@@ -12,11 +12,12 @@ client as 16-bit mono PCM.
     ping                          -> pong
     anything else                 -> error (the connection stays open)
 
-Synthesis runs engine.stream() in a worker thread; each chunk is handed to the
-loop through an asyncio queue and sent at once. engine.stream() lets the
-steps of several callers (this server, the speaker thread) take turns under
-the engine's lock, so a Wyoming request and local playback share the cores
-chunk by chunk and never mix their audio.
+Synthesis runs ahead of sending in a thread of its own (ahead.py). Home
+Assistant plays streamed audio as it arrives, so each sentence goes out once
+it can flow to its end at real-time pace; inside a sentence each piece is
+sent at once. The engine lets the steps of several callers (this server, the
+speaker thread) take turns under its lock, so a Wyoming request and local
+playback share the cores window by window and never mix their audio.
 
 A bad request (unknown voice or speaker, empty or too long text, text with
 nothing to say) is answered with an `error` event and the connection is
@@ -48,6 +49,7 @@ from wyoming.tts import (Synthesize, SynthesizeChunk, SynthesizeStart, Synthesiz
                          SynthesizeStopped, SynthesizeVoice)
 
 from . import __version__
+from .ahead import synthesize_ahead
 from .cache import cache_key, voice_fingerprint
 from .config import voice_styles
 from .engine import TextError
@@ -71,6 +73,7 @@ ZEROCONF_RETRY_SECONDS = 30.0
 DRAIN_BEFORE_CLOSE_SECONDS = 2.0
 IDLE_SECONDS = 120.0  # a client that sends nothing for this long is disconnected
 MAX_CLIENTS = 16  # connections at once; more are refused with an error
+WAIT_SECONDS = 0.02  # how often a waiting sentence is looked at again
 # A streamed text is synthesized up to its last sentence end as soon as that arrives.
 _SENTENCE_END_RE = re.compile(r"[。！？!?\n]")
 _PROGRAM_ATTRIBUTION = ("hayakoe-pi", "")
@@ -600,12 +603,14 @@ class Handler(AsyncEventHandler):
 
     def _begin_audio(self, voice: VoiceChoice) -> None:
         self.audio_started, self.samples_sent, self.rate = False, 0, voice.sample_rate
+        self.play_end = 0.0  # when the client will have played what was sent, if it plays on arrival
 
     async def _send_audio(self, audio: np.ndarray) -> None:
         if not self.audio_started:
             # sent with the first audio, so a request refused by the engine gets only its error
             await self.write_event(AudioStart(rate=self.rate, width=2, channels=1, timestamp=0).event())
             self.audio_started = True
+        self.play_end = max(self.play_end, time.monotonic()) + audio.size / self.rate
         pcm = to_pcm16(audio)
         step = SAMPLES_PER_CHUNK * 2
         for i in range(0, len(pcm), step):
@@ -638,54 +643,32 @@ class Handler(AsyncEventHandler):
                 await self._send_audio(lead)
             await self._send_audio(cached)
             return "cached"
-        chunks: asyncio.Queue = asyncio.Queue()
-        cancel = threading.Event()
-        engine = self.daemon.engine
-        speed, weight = self.speed, self.weight
-
-        def put(item) -> None:
-            try:
-                loop.call_soon_threadsafe(chunks.put_nowait, item)
-            except RuntimeError:  # the loop is gone (shutting down)
-                cancel.set()
-
-        def produce() -> None:  # in a pool thread
-            steps = engine.stream(text, style=voice.style, style_weight=weight, speed=speed,
-                                  voice=voice.name)
-            try:
-                for chunk in steps:
-                    put(("chunk", chunk))
-                    if cancel.is_set():
-                        break
-                else:
-                    put(("done", None))
-            except BaseException as e:
-                put(("error", e))
-            finally:
-                steps.close()
-
-        loop.run_in_executor(self.server.pool, produce)
-        collected: list[np.ndarray] = []
+        ahead = synthesize_ahead(self.daemon.engine, text, voice=voice.name, style=voice.style,
+                                 style_weight=self.weight, speed=self.speed)
+        index = samples = 0
         try:
             while True:
-                kind, value = await chunks.get()
-                if kind == "chunk":
-                    if not collected and lead is not None and lead.size:
-                        await self._send_audio(lead)
-                    collected.append(value)
-                    await self._send_audio(value)
-                elif kind == "done":
+                piece = ahead.get(index)
+                if piece is None and ahead.at_end(index):
                     break
-                elif isinstance(value, (TextError, ValueError)):
-                    if errors:
-                        raise RequestError(f"cannot speak this text: {value}", "bad-text")
-                    log.info("wyoming: %s: skipped %r: %s", self.peer, text[:40], value)
-                    return None
-                else:
-                    raise value
+                # Home Assistant plays the audio as it arrives, with no buffer of its own:
+                # a sentence goes out once it can flow to its end at the client's pace
+                if piece is None or (piece.starts_sentence and
+                                     not ahead.can_flow(index, max(self.play_end, time.monotonic()))):
+                    await asyncio.sleep(WAIT_SECONDS)
+                    continue
+                if index == 0 and lead is not None and lead.size:
+                    await self._send_audio(lead)
+                await self._send_audio(piece.audio)
+                index, samples = index + 1, samples + piece.audio.size
+                ahead.played(samples)
+        except (TextError, ValueError) as e:
+            if errors:
+                raise RequestError(f"cannot speak this text: {e}", "bad-text") from None
+            log.info("wyoming: %s: skipped %r: %s", self.peer, text[:40], e)
+            return None
         finally:
-            cancel.set()
-        if collected:
-            await loop.run_in_executor(self.server.pool, cache.put, key, voice.sample_rate,
-                                       np.concatenate(collected))
+            ahead.cancel()  # also when the client went away: stop after the step in progress
+        if ahead.complete:
+            await loop.run_in_executor(self.server.pool, cache.put, key, voice.sample_rate, ahead.audio())
         return "synthesized"

@@ -38,8 +38,9 @@ def test_speaks_a_plain_text_message(app):
 def test_status_and_state_are_retained(app):
     late = Probe(app.broker.port, app.prefix)  # a newcomer sees the retained values
     try:
-        wait_for(lambda: late.last("status") == b"online" and late.last("state") is not None, 10,
-                 what="retained status and state")
+        wait_for(lambda: late.last("status") == b"online" and late.last("state") is not None
+                 and late.last("volume") is not None and late.last("voice") is not None, 10,
+                 what="retained status, state and settings")
         assert all(retain for topic, _, retain in late.messages if topic.endswith("/status"))
         assert late.last("volume") is not None and late.last("voice") == b"tiny-voice"
     finally:
