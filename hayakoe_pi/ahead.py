@@ -43,7 +43,7 @@ class DecoderSpeed:
             if old is None:
                 self.seconds_per_frame = x
             else:
-                alpha = 0.6 if x > old else 0.2
+                alpha = 1.0 if x > old else 0.2
                 self.seconds_per_frame = old + alpha * (x - old)
 
 

@@ -406,13 +406,14 @@ class Daemon:
             return  # audio failed for good; the error was published
         if completed and cached is None and ahead.complete:
             self.cache.put(key, sr, ahead.audio())
-        extra = {"cached": cached is not None}
+        seconds = round(ahead.audio().size / sr, 3)
+        extra = {"cached": cached is not None, "seconds": seconds}
         if job.play:
             extra["underruns"] = self.player.underruns
         if not completed:
             extra["interrupted"] = True
-        log.info("%s %s: %.1f s of audio%s", "spoke" if job.play else "prepared", job.id,
-                 ahead.audio().size / sr, f", {self.player.underruns} underruns" if job.play else "")
+        log.info("%s %s: %.1f s of audio%s", "spoke" if job.play else "prepared", job.id, seconds,
+                 f", {self.player.underruns} underruns" if job.play else "")
         self._event("finished", job, **extra)
 
     def _synthesize_only(self, ahead: SynthesisAhead) -> bool:
