@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import itertools
 import json
 import os
 import pwd
 import queue
+import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import NamedTuple
 
 import paho.mqtt.client as paho
 import yaml
@@ -89,21 +96,62 @@ def settle(app, timeout: float = 60):
         time.sleep(0.4)
 
 
-class AlsaSink:
-    """ALSA's default device written to a FIFO that is drained at real-time speed.
+class Hole(NamedTuple):
+    """The card ran dry because the writer was late."""
 
-    The file plugin has no clock of its own; reading the FIFO at the sample
-    rate makes playback take as long as on a real sound card, so stop and
-    interrupt can be tested. Everything played lands in `raw` (float32 mono).
+    pos: int        # offset into AlsaSink.raw where the late data starts
+    seconds: float  # how long the card had nothing to play
+    at: float       # monotonic time the late data came
+
+
+@dataclass
+class SinkOpen:
+    """One open of the device by the writer (PortAudio opens it per stream)."""
+
+    opened: float                    # monotonic time the writer opened the FIFO
+    start: int                       # offset into raw of its first byte
+    first_data: float | None = None  # when its first byte came
+    closed: float | None = None      # when the writer closed its end (seen within a tick)
+    eof: float | None = None         # when the card had taken its last byte
+    end: int | None = None           # offset into raw after its last byte
+
+
+F_SETPIPE_SZ = 1031
+
+
+class AlsaSink:
+    """ALSA's default device written to a FIFO, drained like a sound card.
+
+    ALSA's file plugin (over the null pcm, which never blocks) writes to the
+    FIFO from inside the writer's snd_pcm write, so the writer is paced only by
+    the pipe. Paced, the reader shrinks the pipe to `buffer_bytes` and plays the
+    part of a card: it takes `rate` bytes/s, keeping about `period_bytes` ahead,
+    so playback takes as long as on a real card, and when the card runs dry
+    while the pipe is empty (the writer was late) that is recorded in `holes`.
+    Everything played lands in `raw` (float32 mono, nothing inserted for holes);
+    every open of the device in `opens`.
+
+    In front of the pipe, ALSA's file plugin holds back one ALSA buffer (1915
+    frames = 7660 bytes at PortAudio's default latency) and writes it out only
+    at the writer's next write or at drain: a hole's `pos` lies that much
+    before the late write, and data after a gap of no more than `flush_bytes`
+    followed by EOF is that drain, the end of the stream, not a hole.
     """
 
     def __init__(self, workdir: Path, sample_rate: int = 44100, bytes_per_frame: int = 4,
-                 paced: bool = True):
+                 paced: bool = True, buffer_bytes: int = 16384, period_bytes: int = 4096,
+                 tick: float = 0.004, min_hole: float = 0.002, flush_bytes: int = 8192):
         self.home = workdir / "home"
         self.home.mkdir(parents=True, exist_ok=True)
         self.fifo = workdir / "alsa.fifo"
         self.raw = workdir / "played.raw"
+        self.sample_rate, self.bytes_per_frame, self.paced = sample_rate, bytes_per_frame, paced
         self.rate = sample_rate * bytes_per_frame if paced else float("inf")
+        self.buffer_bytes, self.period_bytes, self.tick = buffer_bytes, period_bytes, tick
+        self.min_hole, self.flush_bytes = min_hole, flush_bytes
+        self.holes: list[Hole] = []
+        self.opens: list[SinkOpen] = []
+        self._size = 0  # bytes in raw
         os.mkfifo(self.fifo)
         self.raw.write_bytes(b"")
         self.set_named_device(None)
@@ -115,27 +163,138 @@ class AlsaSink:
         self._thread = threading.Thread(target=self._drain, daemon=True)
         self._thread.start()
 
+    def _gone(self) -> bool:
+        return self._stop.is_set() or not self._plugged.is_set()
+
     def _drain(self) -> None:
+        keep = None  # a reader end held while plugged: the pipe, and its size, outlive each writer
         while not self._stop.is_set():
-            self._plugged.wait()
-            try:
-                f = open(self.fifo, "rb", buffering=0)
-            except OSError:  # unplugged just now
-                time.sleep(0.05)
+            if not self._plugged.wait(0.1):
                 continue
-            with f, open(self.raw, "ab") as out:
-                started, got = time.monotonic(), 0
-                while self._plugged.is_set():
-                    self._running.wait()
-                    block = f.read(8192)
-                    if not block:
-                        break
-                    out.write(block)
-                    out.flush()
-                    got += len(block)
-                    ahead = got / self.rate - (time.monotonic() - started)
-                    if ahead > 0:
-                        time.sleep(ahead)
+            if keep is None:
+                try:
+                    # O_NONBLOCK: creates the pipe without waiting for a writer, so it
+                    # can be shrunk before a writer can have filled it
+                    keep = os.open(self.fifo, os.O_RDONLY | os.O_NONBLOCK)
+                except OSError:  # unplugged just now
+                    time.sleep(0.05)
+                    continue
+                if not stat.S_ISFIFO(os.fstat(keep).st_mode):  # the directory unplug() leaves
+                    os.close(keep)
+                    keep = None
+                    time.sleep(0.05)
+                    continue
+                self._shrunk = not self.paced or self._shrink(keep)
+            # a blocking open of the same FIFO returns when a writer opens it: the time of the open
+            fd = os.open(f"/proc/self/fd/{keep}", os.O_RDONLY)
+            try:
+                if not self._gone():
+                    os.set_blocking(fd, False)  # the card never waits for data
+                    self._take(fd)
+            finally:
+                os.close(fd)
+                if self._gone():  # the writer's next write fails, as for a card pulled out
+                    os.close(keep)
+                    keep = None
+        if keep is not None:
+            os.close(keep)
+
+    def _shrink(self, fd: int) -> bool:
+        try:
+            fcntl.fcntl(fd, F_SETPIPE_SZ, self.buffer_bytes)
+            return True
+        except OSError as e:  # EBUSY: a writer waiting for us already put more in
+            if e.errno != errno.EBUSY:
+                raise
+            return False
+
+    def _take(self, fd: int) -> None:
+        """Play what one writer sends until it closes (or the card goes away)."""
+        rec = SinkOpen(opened=time.monotonic(), start=self._size)
+        self.opens.append(rec)
+        period = self.period_bytes / self.rate
+        card_end = None     # when the card will have played all it took; its clock starts at the first byte
+        empty_since = None  # the pipe was found empty at this moment, and no data came since
+        pending = None      # a hole, until enough data follows it to tell it from the drain at the end
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        with open(self.raw, "ab") as out:
+            while not self._gone():
+                if not self._running.is_set():
+                    # a wedged card: neither its silence nor the writer blocked behind it is the writer's fault
+                    left = card_end - time.monotonic() if card_end is not None else None
+                    while not self._running.wait(0.05):
+                        if self._gone():
+                            return
+                    if left is not None:
+                        card_end = time.monotonic() + max(left, 0.0)
+                    empty_since = None
+                    continue
+                now = time.monotonic()
+                if rec.closed is None and any(ev & select.POLLHUP for _, ev in poller.poll(0)):
+                    rec.closed = now
+                level = card_end - now if card_end is not None else 0.0
+                if self.paced and level >= period:
+                    time.sleep(self.tick)
+                    continue
+                want = 1 << 16 if not self.paced else \
+                    max(1, int((period - max(level, 0.0)) * self.sample_rate)) * self.bytes_per_frame
+                try:
+                    block = os.read(fd, want)
+                except BlockingIOError:
+                    if empty_since is None:
+                        empty_since = now
+                    # dry: wake at the writer's next byte, which ends the hole; else look again next tick
+                    poller.poll(50 if level <= 0 else self.tick * 1000)
+                    continue
+                now = time.monotonic()
+                if not block:
+                    rec.eof = now
+                    rec.closed = rec.closed or now
+                    rec.end = self._size
+                    return  # a pending hole was the end of the stream
+                if not self._shrunk:
+                    self._shrunk = self._shrink(fd)
+                if card_end is None:
+                    rec.first_data = card_end = now
+                elif now > card_end:
+                    # dry; only the writer's fault if the pipe was empty (a late reader found data waiting)
+                    if self.paced and empty_since is not None and now - max(card_end, empty_since) >= self.min_hole:
+                        if pending:
+                            self.holes.append(pending)
+                        pending = Hole(self._size, now - max(card_end, empty_since), now)
+                    card_end = now
+                card_end += len(block) / self.rate
+                empty_since = None
+                out.write(block)
+                out.flush()
+                self._size += len(block)
+                if pending and self._size - pending.pos > self.flush_bytes:
+                    self.holes.append(pending)
+                    pending = None
+                if self.paced:
+                    time.sleep(self.tick)
+
+    def holes_in_speech(self, min_seconds: float = 0.0) -> list[Hole]:
+        """Holes with sound within 10 ms of them (the engine's pauses are exact zeros)."""
+        return [h for h in self.holes if h.seconds >= min_seconds and self._sound_near(h.pos)]
+
+    def holes_in_pauses(self) -> list[Hole]:
+        return [h for h in self.holes if not self._sound_near(h.pos)]
+
+    def _sound_near(self, pos: int) -> bool:
+        import numpy as np
+
+        span = int(0.01 * self.sample_rate) * self.bytes_per_frame
+        start = max(0, pos - span - pos % self.bytes_per_frame)
+        with open(self.raw, "rb") as f:
+            f.seek(start)
+            data = f.read(pos + span - start)
+        return bool(np.frombuffer(data[:len(data) // 4 * 4], dtype="<f4").any())
+
+    def reset_records(self) -> None:
+        self.holes.clear()
+        self.opens.clear()
 
     def set_named_device(self, name: str | None) -> None:
         """Besides `default`, offer (or withdraw, with None) a card called `name`.
@@ -150,7 +309,9 @@ class AlsaSink:
         (self.home / ".asoundrc").write_text(text)
 
     def pause(self) -> None:
-        """Stop draining: the next writes block, like a wedged sound card."""
+        """Stop draining: the next writes block, like a wedged sound card.
+
+        The card's fault, so the silence is no hole; its clock resumes with resume()."""
         self._running.clear()
 
     def resume(self) -> None:
@@ -186,7 +347,112 @@ class AlsaSink:
         self._stop.set()
         self._running.set()
         self._plugged.set()
-        self._wake_reader(self.fifo)
+        for _ in range(20):  # a wake-up can slip in just before the reader starts to wait
+            self._wake_reader(self.fifo)
+            self._thread.join(0.1)
+            if not self._thread.is_alive():
+                break
+
+
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
+_cgroup_names = itertools.count()
+
+
+def cpu_cgroup_available() -> str | None:
+    """None if cpu_limited() can work here, else why not (for pytest.skip)."""
+    if os.geteuid() != 0:
+        return "limiting CPU with cgroups needs root"
+    if not (CPU_CGROUP / "cpu.cfs_quota_us").is_file():
+        return f"no cgroup v1 cpu controller with CFS bandwidth mounted at {CPU_CGROUP}"
+    probe = CPU_CGROUP / f"hayakoe-probe-{os.getpid()}-{next(_cgroup_names)}"
+    try:
+        probe.mkdir()
+        try:
+            (probe / "cpu.cfs_quota_us").write_text("50000")
+        finally:
+            probe.rmdir()
+    except OSError as e:
+        return f"cannot create a cpu cgroup under {CPU_CGROUP}: {e}"
+    return None
+
+
+class CpuLimit:
+    """A child group of the cgroup v1 cpu controller: its processes share `cpus` CPUs.
+
+    CFS bandwidth: per period the group may run cpus × period, then it is
+    throttled until the next one. The period is short (20 ms) so that, like
+    on a slow CPU, no thread stops for longer than a sound card's buffer
+    (~93 ms) lasts: a longer period would starve the player thread as well.
+    The kernel's smallest quota is 1 ms, so the least is 0.05 CPU. The quota
+    is shared by all cores: a thread spinning on one uses up the time a
+    thread on another needs, which no real slow CPU does; to stand for one
+    slow core, start the process on one core (DaemonProcess `cores`).
+    """
+
+    PERIOD_US = 20000
+
+    def __init__(self, cpus: float):
+        self.path = CPU_CGROUP / f"hayakoe-test-{os.getpid()}-{next(_cgroup_names)}"
+        self.path.mkdir()
+        self._home: dict[int, Path] = {}  # pid → the group it came from
+        (self.path / "cpu.cfs_period_us").write_text(str(self.PERIOD_US))
+        self.set(cpus)
+
+    def set(self, cpus: float) -> None:
+        (self.path / "cpu.cfs_quota_us").write_text(str(max(1000, int(cpus * self.PERIOD_US))))
+
+    def add(self, pid: int) -> None:
+        """Move a process in. cgroup v1 `cgroup.procs` moves all its threads at once
+        (`tasks` would move one); threads and children it makes later are born inside."""
+        self._home[pid] = self._group_of(pid)
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def threads(self) -> list[int]:
+        return [int(t) for t in (self.path / "tasks").read_text().split()]
+
+    def throttled(self) -> int:
+        """How many periods the group was held back in."""
+        stats = dict(line.split() for line in (self.path / "cpu.stat").read_text().splitlines())
+        return int(stats["nr_throttled"])
+
+    @staticmethod
+    def _group_of(pid: int) -> Path:
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            _, controllers, rel = line.split(":", 2)
+            if "cpu" in controllers.split(","):
+                group = CPU_CGROUP / rel.lstrip("/")
+                return group if group.is_dir() else CPU_CGROUP
+        return CPU_CGROUP
+
+    def close(self) -> None:
+        """Move every process still inside (children too) back, and remove the group."""
+        for _ in range(50):
+            pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+            for pid in pids:
+                try:
+                    (self._home.get(pid, CPU_CGROUP) / "cgroup.procs").write_text(str(pid))
+                except (OSError, ProcessLookupError):  # gone meanwhile
+                    pass
+            try:
+                self.path.rmdir()
+                return
+            except OSError as e:  # EBUSY: a process was still on its way out (or forked)
+                if e.errno != errno.EBUSY:
+                    raise
+                time.sleep(0.02)
+        raise AssertionError(f"cannot remove {self.path}: still has {pids}")
+
+
+@contextmanager
+def cpu_limited(pid: int | None, cpus: float):
+    """Hold process `pid` (None: nobody yet, use .add) to `cpus` CPUs while the block runs."""
+    group = CpuLimit(cpus)
+    try:
+        if pid is not None:
+            group.add(pid)
+        yield group
+    finally:
+        group.close()
 
 
 class Probe:
@@ -275,14 +541,18 @@ def write_config(path: Path, port: int, prefix: str, workdir: Path, **sections) 
 
 
 class DaemonProcess:
-    def __init__(self, config: Path, home: Path, log: Path, env: dict | None = None):
-        env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1",
+    def __init__(self, config: Path, home: Path, log: Path, env: dict | None = None, repo: Path = REPO,
+                 cores: set[int] | None = None):
+        env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(repo), "PYTHONUNBUFFERED": "1",
                **(env or {})}
         if "NOTIFY_SOCKET" not in (env or {}):
             env.pop("NOTIFY_SOCKET", None)
         self.log = log
+        # `cores`: the daemon sees only these from the start (and sizes its thread pool to them)
+        pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
         self.proc = subprocess.Popen([sys.executable, "-m", "hayakoe_pi.cli", "run", "--config", str(config)],
-                                     env=env, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+                                     env=env, stdout=subprocess.DEVNULL, stderr=open(log, "wb"),
+                                     preexec_fn=pin)
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -306,7 +576,7 @@ class DaemonProcess:
 
 @contextmanager
 def running_daemon(work: Path, port: int, prefix: str, probe, sink_kwargs: dict | None = None,
-                   env: dict | None = None, **config_sections):
+                   env: dict | None = None, cores: set[int] | None = None, **config_sections):
     """The daemon on the broker at `port`, playing into its own ALSA sink, until the block ends.
 
     `probe` (already subscribed) tells when it is online. Yields a namespace
@@ -314,7 +584,7 @@ def running_daemon(work: Path, port: int, prefix: str, probe, sink_kwargs: dict 
     """
     sink = AlsaSink(work, **(sink_kwargs or {}))
     config = write_config(work / "config.yaml", port, prefix, work, **config_sections)
-    daemon = DaemonProcess(config, sink.home, work / "daemon.log", env=env)
+    daemon = DaemonProcess(config, sink.home, work / "daemon.log", env=env, cores=cores)
     try:
         wait_for(lambda: probe.last("status") == b"online" or daemon.proc.poll() is not None, 90,
                  what="the daemon to come online")
@@ -327,13 +597,13 @@ def running_daemon(work: Path, port: int, prefix: str, probe, sink_kwargs: dict 
 
 @contextmanager
 def appliance(work: Path, make_probe=None, sink_kwargs: dict | None = None, env: dict | None = None,
-              **config_sections):
+              cores: set[int] | None = None, **config_sections):
     """A private broker, a probe (`make_probe(port, prefix)`, default Probe) and the daemon."""
     broker = Mosquitto(work / "broker").start()
     prefix = f"hk{broker.port}"
     probe = (make_probe or Probe)(broker.port, prefix)
     try:
-        with running_daemon(work, broker.port, prefix, probe, sink_kwargs, env, **config_sections) as app:
+        with running_daemon(work, broker.port, prefix, probe, sink_kwargs, env, cores, **config_sections) as app:
             app.broker = broker
             yield app
     finally:
