@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from .engine import Piece
+from .models import lower_compute_priority
 
 AHEAD_SECONDS = 30.0  # synthesis may run this far ahead of playback (memory stays flat)
 SAFETY = 1.25  # predicted decoder time is taken this much longer than measured
@@ -96,6 +97,7 @@ class SynthesisAhead:
     # --- the synthesis thread ---------------------------------------------------------
 
     def _produce(self) -> None:
+        lower_compute_priority()  # the player must never wait behind synthesis
         steps = iter(self._source)
         try:
             while True:

@@ -122,7 +122,10 @@ class Player:
                     if stream is not None:
                         self._fade_out(stream, held, ramp)
                     return False
-                piece = ahead.get(index, timeout=self.WAIT_SECONDS)
+                # in a pause on an open card the silence written paces the loop:
+                # waiting for the next piece on top of it would let the card run dry
+                pausing = stream is not None and not in_sentence
+                piece = ahead.get(index, timeout=0.0 if pausing else self.WAIT_SECONDS)
                 if piece is None and ahead.at_end(index):
                     break
                 waiting = piece is None or (piece.starts_sentence and
@@ -130,7 +133,7 @@ class Player:
                 if waiting:
                     # inside a sentence nothing can be done but wait (if the card runs
                     # dry it is counted); between sentences the pause grows
-                    if stream is not None and not in_sentence:
+                    if pausing:
                         self._write(stream, np.concatenate([held, silence]), stop)
                         held = held[:0]
                     elif piece is not None:

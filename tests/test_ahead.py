@@ -131,3 +131,33 @@ def test_whole_utterance_is_kept_for_the_cache():
     assert ahead.audio().size == 100 + 200 + 5 + 70
     assert [p.starts_sentence for p in pieces] == [True, False, False, True]
     assert [p.ends_sentence for p in pieces] == [False, True, True, True]
+
+
+def test_synthesis_threads_run_below_the_player(tmp_path):
+    """ONNX Runtime's pool and the synthesis thread are niced; the rest of the process is not."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import FIXTURE_MODELS, REPO
+
+    script = f"""
+import json, os, threading
+from hayakoe_pi.engine import Engine
+from hayakoe_pi.ahead import synthesize_ahead
+eng = Engine({str(FIXTURE_MODELS)!r}, voice="tiny-voice")
+seen = {{}}
+def watch():  # the synthesis thread's own priority, while it runs
+    seen["synthesis"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+ahead = synthesize_ahead(eng, "こんにちは。", progress=watch)
+ahead.join()
+me = threading.get_native_id()
+others = [int(open(f"/proc/self/task/{{t}}/stat").read().rsplit(")", 1)[1].split()[16])
+          for t in os.listdir("/proc/self/task") if int(t) != me]
+print(json.dumps([os.getpriority(os.PRIO_PROCESS, me), seen["synthesis"], sorted(set(others))]))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         cwd=REPO, check=True).stdout
+    main, synthesis, others = json.loads(out)
+    assert main == 0 and synthesis == 5
+    assert 5 in others, "ONNX Runtime's compute threads run at the player's priority"
