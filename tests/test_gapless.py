@@ -1,0 +1,187 @@
+"""Speech without holes, heard on a sound card that plays in real time.
+
+The real daemon (real mosquitto, sounddevice → PortAudio → ALSA → the paced
+test card of harness.AlsaSink) at full speed, and on one core held by a
+cgroup CPU quota to a share at which it synthesizes slower than real time,
+as on a Raspberry Pi. A Wyoming client that plays what it gets as it arrives,
+on a real-time clock (as Home Assistant does), checks the server's side.
+"""
+
+import asyncio
+import os
+import socket
+import time
+
+import numpy as np
+import pytest
+from wyoming.audio import AudioChunk, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.tts import Synthesize
+
+from harness import appliance, cpu_cgroup_available, cpu_limited, free_port, settle, wait_for
+
+RATE = 44100
+# three sentences; the last long enough for several decoder windows
+TEXT = ("冷蔵庫のドアが開いています。閉めてください。"
+        "リビングの窓が開いたままです、雨が降りそうなので閉めてください、洗濯物も取り込んでください。")
+WARM_UP = "準備ができました。"
+# the share of one core at which the tiny test voice runs at about 0.4-0.7x real time
+SLOW_CPUS = 0.05
+
+
+def _appliance(tmp_path_factory, name: str, **kwargs):
+    port = free_port()
+    with appliance(tmp_path_factory.mktemp(name), cache={"max_mb": 0},  # every text synthesized
+                   wyoming={"enabled": True, "host": "127.0.0.1", "port": port, "zeroconf": False},
+                   **kwargs) as app:
+        app.wyoming_port = port
+        wait_for(lambda: _listening(port), 30, what="the Wyoming server to listen")
+        yield app
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    yield from _appliance(tmp_path_factory, "gapless")
+
+
+@pytest.fixture(scope="module")
+def slow_app(tmp_path_factory):
+    """The daemon on one core, under a CPU quota once it is up: one slow CPU.
+
+    One core, because the quota is shared by all cores: a compute thread
+    spinning on the second one would use up the time the player needs on the
+    first, which no real CPU does.
+    """
+    reason = cpu_cgroup_available()
+    if reason:
+        pytest.skip(reason)
+    for app in _appliance(tmp_path_factory, "gapless-slow", cores={min(os.sched_getaffinity(0))}):
+        with cpu_limited(app.daemon.proc.pid, SLOW_CPUS) as group:
+            app.cpu = group
+            yield app
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def speak(app, text: str, id: str) -> dict:
+    """Say `text`; once the card has played it all, what happened (from the publish on)."""
+    settle(app)
+    app.sink.reset_records()
+    before = app.sink.raw.stat().st_size
+    t0 = time.monotonic()
+    app.probe.publish("say", {"text": text, "id": id})
+    finished = app.probe.next_event(event="finished", id=id, timeout=120)
+    wait_for(lambda: [o for o in app.sink.opens if o.first_data] and app.sink.opens[-1].eof, 30,
+             what="the card to play it all")
+    (played,) = [o for o in app.sink.opens if o.first_data]
+    return {"finished": finished,
+            "played_s": (app.sink.raw.stat().st_size - before) / 4 / RATE,
+            "first_sound": played.first_data - t0, "end": played.eof - t0,
+            "holes": list(app.sink.holes), "in_speech": app.sink.holes_in_speech()}
+
+
+def synthesis_rate(seconds: float, took: float) -> float:
+    return seconds / took
+
+
+def test_at_full_speed_nothing_is_ever_late(app):
+    speak(app, WARM_UP, "warm-up")
+    run = speak(app, TEXT, "full-speed")
+    assert run["holes"] == [], run
+    assert run["finished"]["underruns"] == 0
+    # the pauses are exactly the engine's: nothing played beyond the utterance's own samples
+    assert run["played_s"] - run["finished"]["seconds"] <= 0.05, run
+    assert run["first_sound"] < 1.0, run
+
+
+def test_on_a_slow_cpu_no_hole_inside_a_sentence(slow_app):
+    speak(slow_app, WARM_UP, "slow-warm-up")
+    throttled = slow_app.cpu.throttled()
+    run = speak(slow_app, TEXT, "slow")
+    assert synthesis_rate(run["finished"]["seconds"], run["end"]) < 1.0, \
+        "the quota did not make synthesis slower than real time"
+    assert slow_app.cpu.throttled() > throttled
+    assert run["in_speech"] == [], run
+    assert run["first_sound"] < run["end"] / 2, run
+
+
+# --- Wyoming -----------------------------------------------------------------------------
+
+class RealTimeClient:
+    """Plays audio chunks the moment they arrive, like a satellite with no jitter buffer.
+
+    A hole is a time the client had nothing left to play; it is in speech if
+    the audio on both sides of it is sound (the engine's pauses are zeros).
+    """
+
+    def __init__(self):
+        self.audio: list[np.ndarray] = []
+        self.samples = 0
+        self.clock: float | None = None  # when what has arrived so far will have played
+        self.first_chunk: float | None = None
+        self.gaps: list[tuple[int, float]] = []  # (sample position, seconds)
+
+    def arrived(self, pcm: np.ndarray, rate: int) -> None:
+        now = time.monotonic()
+        if self.clock is None:
+            self.first_chunk = self.clock = now
+        elif now > self.clock + 0.002:
+            self.gaps.append((self.samples, now - self.clock))
+        self.clock = max(self.clock, now) + pcm.size / rate
+        self.audio.append(pcm)
+        self.samples += pcm.size
+
+    def holes_in_speech(self, rate: int) -> list[tuple[float, float]]:
+        audio = np.concatenate(self.audio)
+        near = int(0.01 * rate)
+        return [(pos / rate, seconds) for pos, seconds in self.gaps
+                if audio[max(0, pos - near):pos].any() and audio[pos:pos + near].any()]
+
+
+async def _synthesize(port: int, text: str) -> tuple[RealTimeClient, int, float]:
+    client = RealTimeClient()
+    rate = RATE
+    async with AsyncTcpClient("127.0.0.1", port, connect_timeout=10, read_timeout=120) as c:
+        t0 = time.monotonic()
+        await c.write_event(Synthesize(text=text).event())
+        while True:
+            event = await c.read_event()
+            assert event is not None, "the server closed the connection"
+            if AudioChunk.is_type(event.type):
+                chunk = AudioChunk.from_event(event)
+                rate = chunk.rate
+                client.arrived(np.frombuffer(chunk.audio, dtype="<i2"), rate)
+            elif AudioStop.is_type(event.type):
+                return client, rate, t0
+            else:
+                assert event.type in ("audio-start",), event
+
+
+def wyoming_say(app, text: str) -> dict:
+    settle(app)
+    client, rate, t0 = asyncio.run(_synthesize(app.wyoming_port, text))
+    return {"seconds": client.samples / rate, "first_sound": client.first_chunk - t0,
+            "end": client.clock - t0, "gaps": client.gaps, "in_speech": client.holes_in_speech(rate)}
+
+
+def test_wyoming_at_full_speed_a_client_never_waits(app):
+    wyoming_say(app, WARM_UP)
+    run = wyoming_say(app, TEXT)
+    assert run["gaps"] == [], run
+    assert run["first_sound"] < 1.0, run
+
+
+def test_wyoming_on_a_slow_cpu_no_hole_inside_a_sentence(slow_app):
+    wyoming_say(slow_app, WARM_UP)
+    run = wyoming_say(slow_app, TEXT)
+    assert synthesis_rate(run["seconds"], run["end"]) < 1.0, \
+        "the quota did not make synthesis slower than real time"
+    assert run["gaps"], "slower than real time, the client must have waited somewhere"
+    assert run["in_speech"] == [], run
+    assert run["first_sound"] < run["end"] / 2, run
