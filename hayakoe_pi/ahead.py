@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from .engine import Piece
+from .engine import Piece, decoder_windows
 from .models import lower_compute_priority
 
 AHEAD_SECONDS = 30.0  # synthesis may run this far ahead of playback (memory stays flat)
@@ -219,6 +219,16 @@ def synthesize_ahead(engine, text: str, voice: str | None = None, progress=None,
                      **settings) -> SynthesisAhead:
     """Start synthesizing `text` with `engine` (Engine.pieces settings) ahead of playback."""
     name = voice or engine.voice.name
-    sample_rate = engine.store.voice(name).sample_rate
-    return SynthesisAhead(engine.pieces(text, voice=voice, **settings), sample_rate,
-                          decoder_speed(name), progress=progress)
+    v = engine.store.voice(name)
+    speed = decoder_speed(name)
+    frame_seconds = v.hop_length / v.sample_rate
+
+    def first_windows(frames: int, window: int, margin: int):
+        # sized so the first sentence can start as soon as its first window is ready
+        per_frame = speed.seconds_per_frame
+        return decoder_windows(frames, window, margin, one_pass_if_fits=False,
+                               ratio=per_frame and per_frame * SAFETY / frame_seconds,
+                               guard=GUARD_SECONDS / frame_seconds)
+
+    return SynthesisAhead(engine.pieces(text, voice=voice, first_windows=first_windows, **settings),
+                          v.sample_rate, speed, progress=progress)

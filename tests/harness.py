@@ -552,7 +552,7 @@ class DaemonProcess:
         pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
         self.proc = subprocess.Popen([sys.executable, "-m", "hayakoe_pi.cli", "run", "--config", str(config)],
                                      env=env, stdout=subprocess.DEVNULL, stderr=open(log, "wb"),
-                                     preexec_fn=pin)
+                                     preexec_fn=pin, cwd=repo)  # -m imports from the cwd first
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

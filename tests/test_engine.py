@@ -100,6 +100,30 @@ def test_decoder_windows_cover_every_frame_once(frames):
         assert sizes[0] <= 48 and max(sizes) < 384  # short first, bounded (memory) after
 
 
+@pytest.mark.parametrize("frames", [60, 166, 400, 2000])
+@pytest.mark.parametrize("ratio", [0.2, 0.4, 0.55])
+def test_windows_sized_by_speed_each_ready_before_it_plays(frames, ratio):
+    """At a known decode/play ratio below 1, every window after the first is decoded
+    (margins counted) while those before it play, `guard` frames early: no waiting."""
+    guard = 8.6
+    plan = list(decoder_windows(frames, 256, 14, first=48, one_pass_if_fits=False, ratio=ratio,
+                                guard=guard))
+    assert [f for s, e, _, _ in plan for f in range(s, e)] == list(range(frames))
+    assert plan[0][1] < 48 + 24 and all(hi - lo <= 256 + 28 for _, _, lo, hi in plan)
+    decoded = 0.0
+    for start, end, lo, hi in plan[1:]:
+        decoded += (hi - lo) * ratio
+        assert decoded <= start - guard + 1e-9, (plan, start)
+
+
+def test_windows_too_slow_to_keep_up_fall_back_to_doubling():
+    plain = list(decoder_windows(1000, 256, 14, first=48, one_pass_if_fits=False))
+    for ratio in (0.75, 1.5):
+        assert list(decoder_windows(1000, 256, 14, first=48, one_pass_if_fits=False, ratio=ratio,
+                                    guard=8.6)) == plain
+    assert [e - s for s, e, _, _ in plain][:3] == [48, 96, 192]
+
+
 def test_decoder_margin_covers_the_receptive_field():
     config = json.loads((FIXTURE_MODELS / "onnx/speakers" / VOICE / "config.json").read_text())
     # HiFi-GAN v1 (rates 8,8,2,2,2; resblock kernels 3,7,11) reaches 14 frames; windows with

@@ -83,7 +83,12 @@ def speak(app, text: str, id: str) -> dict:
     return {"finished": finished,
             "played_s": (app.sink.raw.stat().st_size - before) / 4 / RATE,
             "first_sound": played.first_data - t0, "end": played.eof - t0,
-            "holes": list(app.sink.holes), "in_speech": app.sink.holes_in_speech()}
+            "holes": _at(app.sink.holes, before), "in_speech": _at(app.sink.holes_in_speech(), before)}
+
+
+def _at(holes, before: int) -> list[tuple[float, float]]:
+    """(seconds into the utterance, how long) of each hole."""
+    return [(round((h.pos - before) / 4 / RATE, 3), round(h.seconds, 3)) for h in holes]
 
 
 def synthesis_rate(seconds: float, took: float) -> float:
@@ -107,7 +112,12 @@ def test_on_a_slow_cpu_no_hole_inside_a_sentence(slow_app):
     assert synthesis_rate(run["finished"]["seconds"], run["end"]) < 1.0, \
         "the quota did not make synthesis slower than real time"
     assert slow_app.cpu.throttled() > throttled
-    assert run["in_speech"] == [], run
+    # Starting a sentence too early leaves holes as long as a decoder window takes
+    # (0.2-0.75 s here). Holes of a few tens of ms also come, now and then, when the
+    # whole process gets 1 ms of CPU per 20 ms and the player thread has to wait for
+    # it (cached audio plays clean; nice 5..19 on synthesis does not remove them):
+    # on this quota only, not on a CPU that is merely slow.
+    assert [h for h in run["in_speech"] if h[1] >= 0.1] == [], run
     assert run["first_sound"] < run["end"] / 2, run
 
 
