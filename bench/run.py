@@ -2,6 +2,7 @@
 """Benchmark hayakoe-pi against HayaKoe 1.3.1 on the same ONNX model files.
 
     python bench/run.py --models /work/bench-models/full [--out bench/out] [--repeats 3]
+    python bench/run.py playback --models ...   # holes, pause stretch, underruns (bench/playback.py)
 
 For each text and implementation it starts a fresh Python process that imports
 the implementation, loads BERT and the voice, speaks the text once untimed
@@ -295,6 +296,10 @@ def count_sentences(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["playback"]:  # speech as heard on a real-time card: bench/playback.py
+        from playback import main as playback
+        return playback(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", type=Path, required=True,
                     help="HayaKoe-layout models dir (python tools/make_models.py --size full)")
