@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -255,9 +256,13 @@ def test_check_reports_broker_and_audio(tmp_path):
         r = run_cli("check", "--config", str(good), home=sink.home)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "ok   mqtt" in r.stdout and "ok   audio" in r.stdout and "ok   models" in r.stdout
-        bad = write_config(tmp_path / "bad.yaml", free_port(), "chk", tmp_path,
-                           audio={"device": "no-such-card"})
-        r = run_cli("check", "--config", str(bad), home=sink.home)
+        with socket.socket() as closed:
+            # bound but not listening: refused, and never someone's ephemeral port (a free
+            # port can be the checker's own source port, and TCP then connects to itself)
+            closed.bind(("127.0.0.1", 0))
+            bad = write_config(tmp_path / "bad.yaml", closed.getsockname()[1], "chk", tmp_path,
+                               audio={"device": "no-such-card"})
+            r = run_cli("check", "--config", str(bad), home=sink.home)
         assert r.returncode == 1
         assert "FAIL mqtt" in r.stdout and "cannot reach broker" in r.stdout
         assert "FAIL audio" in r.stdout and "no-such-card" in r.stdout
