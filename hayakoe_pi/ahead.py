@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from .engine import Piece, decoder_windows
+from .engine import Piece, paced_windows
 from .models import lower_compute_priority
 
 AHEAD_SECONDS = 30.0  # synthesis may run this far ahead of playback (memory stays flat)
@@ -168,6 +168,11 @@ class SynthesisAhead:
             self._played = samples
             self._cond.notify_all()
 
+    def unplayed(self) -> int:
+        """Samples synthesized that the reader has not taken yet."""
+        with self._cond:
+            return self._produced - self._played
+
     def can_flow(self, index: int, start_at: float) -> bool:
         """Would the sentence that piece `index` starts play to its end without running dry,
         if its first sample plays at `start_at` (time.monotonic())?"""
@@ -223,12 +228,14 @@ def synthesize_ahead(engine, text: str, voice: str | None = None, progress=None,
     speed = decoder_speed(name)
     frame_seconds = v.hop_length / v.sample_rate
 
-    def first_windows(frames: int, window: int, margin: int):
-        # sized so the first sentence can start as soon as its first window is ready
+    def plan_windows(frames: int, window: int, margin: int):
+        # each window as long as can be decoded before playback reaches it
         per_frame = speed.seconds_per_frame
-        return decoder_windows(frames, window, margin, one_pass_if_fits=False,
-                               ratio=per_frame and per_frame * SAFETY / frame_seconds,
-                               guard=GUARD_SECONDS / frame_seconds)
+        if per_frame is None:  # not measured yet: the engine's plan
+            return None
+        return paced_windows(frames, window, margin, ratio=per_frame * SAFETY / frame_seconds,
+                             guard=GUARD_SECONDS / frame_seconds, lead=ahead.unplayed() / v.hop_length)
 
-    return SynthesisAhead(engine.pieces(text, voice=voice, first_windows=first_windows, **settings),
-                          v.sample_rate, speed, progress=progress)
+    ahead = SynthesisAhead(engine.pieces(text, voice=voice, plan_windows=plan_windows, **settings),
+                           v.sample_rate, speed, progress=progress)
+    return ahead

@@ -175,17 +175,17 @@ class Engine:
     def pieces(self, text: str, style: str = "Neutral", style_weight: float = 1.0,
                speed: float = 1.0, sdp_ratio: float = 0.2, noise: float = 0.6,
                noise_w: float = 0.8, voice: str | None = None,
-               speaker: str | int | None = None, first_windows=None) -> Iterator[Piece]:
+               speaker: str | int | None = None, plan_windows=None) -> Iterator[Piece]:
         """The utterance as Pieces in playing order, each as soon as it is synthesized.
 
         `voice` (and `speaker`) pick another loaded voice for this text only.
-        `first_windows(frames, window, margin)` may plan the first sentence's
-        decoder windows (as decoder_windows does), e.g. by the measured speed.
+        `plan_windows(frames, window, margin)` may plan each sentence's decoder
+        windows (as decoder_windows does; None: its plan), e.g. by the measured speed.
         Several threads may stream at once: their steps take turns (OpenJTalk
         is not thread-safe, and two syntheses at once would only share the cores).
         """
         steps = self._stream(text, SynthesisSettings(style, style_weight, speed, sdp_ratio, noise, noise_w),
-                             voice, speaker, first_windows)
+                             voice, speaker, plan_windows)
         while True:
             with self._lock:
                 piece = next(steps, None)
@@ -194,7 +194,7 @@ class Engine:
             yield piece
 
     def _stream(self, text: str, s: SynthesisSettings, voice_name: str | None,
-                speaker: str | int | None, first_windows=None) -> Iterator[Piece]:
+                speaker: str | int | None, plan_windows=None) -> Iterator[Piece]:
         s.check()
         if voice_name is None:
             voice, sid = self.voice, self.speaker  # a voice switch mid-stream does not tear it
@@ -216,7 +216,7 @@ class Engine:
             # the first of several sentences starts with a short decoder window: first sound soon
             for piece in self._synthesize_sentence(voice, sid, a, next(features), style_vec, s,
                                                    length_scale, quick_start=i == 0 < last,
-                                                   plan_windows=first_windows if i == 0 else None):
+                                                   plan_windows=plan_windows):
                 piece.sentence = i
                 yield piece
             if i < last:
@@ -288,9 +288,8 @@ class Engine:
         latent = dict(zip(voice.decoder_inputs, voice.synth.run(list(voice.decoder_inputs), feeds)))
         z = latent[voice.decoder_inputs[0]]
         hop = voice.hop_length
-        if quick_start and plan_windows:
-            plan = list(plan_windows(z.shape[2], self.window_frames, voice.decoder_margin))
-        else:
+        plan = plan_windows(z.shape[2], self.window_frames, voice.decoder_margin) if plan_windows else None
+        if plan is None:
             plan = list(decoder_windows(z.shape[2], self.window_frames, voice.decoder_margin,
                                         one_pass_if_fits=not quick_start))
         windows = tuple((start * hop, end * hop, hi - lo) for start, end, lo, hi in plan)
@@ -312,43 +311,64 @@ class Engine:
 
 
 def decoder_windows(frames: int, window: int, margin: int, first: int = FIRST_WINDOW_FRAMES,
-                    one_pass_if_fits: bool = True, ratio: float | None = None,
-                    guard: float = 0.0) -> Iterator[tuple[int, int, int, int]]:
+                    one_pass_if_fits: bool = True) -> Iterator[tuple[int, int, int, int]]:
     """(start, end, lo, hi): frames start:end are kept from decoding lo:hi.
 
     A sentence that fits in one window is decoded in one pass (unless told
     otherwise): every window boundary costs 2 x margin frames of extra work.
     Otherwise the first window is short, so the first sound comes soon, and
-    the windows double up to `window`. With `ratio` (time to decode a frame,
-    margins counted, over the time a frame plays) each later window is instead
-    as long as can be decoded while the ones before it play, less `guard`
-    frames: the sentence can then start as soon as its first window is ready.
-    Where the CPU is too slow for that, they double.
+    the windows double up to `window`.
     """
     if frames <= window and one_pass_if_fits:
         yield 0, frames, 0, frames
         return
     start, size = 0, max(1, min(first, window))
-    decoding = 0.0  # frames' worth of playing time the windows after the first take to decode
-    paced = None  # decided at the second window
     while start < frames:
-        if start and ratio and paced is not False:
-            room = (start - guard - decoding) / ratio  # frames that can be decoded in time
-            if paced is None:  # pace only if windows can grow from here: as each costs 2 x margin
-                # more, one must add more playing time than it takes to decode
-                paced = ratio < 1 and room - 2 * margin >= max(first // 2, 2 * margin * ratio / (1 - ratio))
-            if paced:
-                size = min(window, int(room) - 2 * margin)
-                rest = frames - start
-                if rest <= window and rest + margin <= room:  # all the rest (a last window has one margin)
-                    size = rest
         end = min(frames, start + size)
-        if frames - end < size // 2 and not paced:  # no sliver of a last window
+        if frames - end < size // 2:  # no sliver of a last window
             end = frames
-        lo, hi = max(0, start - margin), min(frames, end + margin)
-        decoding += (hi - lo) * ratio if paced else 0.0
-        yield start, end, lo, hi
+        yield start, end, max(0, start - margin), min(frames, end + margin)
         start, size = end, min(window, size * 2)
+
+
+def paced_windows(frames: int, window: int, margin: int, ratio: float, guard: float, lead: float = 0.0,
+                  first: int = FIRST_WINDOW_FRAMES) -> list[tuple[int, int, int, int]]:
+    """Windows (as decoder_windows) each decoded before playback reaches it, as long as that allows.
+
+    `ratio`: time to decode a frame (margins counted) over the time a frame
+    plays; `lead`: frames still to play before the sentence's first one;
+    `guard`: frames kept in hand. All in frames of playing time from now. If
+    even a short first window cannot be ready within the lead, the sentence
+    starts once it is (the pause grows). Where windows cannot keep ahead of
+    playback (each boundary costs 2 x margin frames), the sentence waits
+    until it can flow (ahead.py) and decoder_windows' plan is used.
+    """
+    plain = list(decoder_windows(frames, window, margin, first, one_pass_if_fits=False))
+    if ratio >= 1:
+        return plain
+    plan: list[tuple[int, int, int, int]] = []
+    start = 0
+    decoded = 0.0  # when the windows so far will be ready
+    plays_at = lead  # when playback reaches the sentence's first frame
+    while start < frames:
+        room = (plays_at + start - guard - decoded) / ratio  # frames that can be decoded in time
+        rest = frames - start
+        if rest <= window and rest + (margin if start else 0) <= room:
+            size = rest
+        else:
+            size = min(window, int(room) - 2 * margin)
+            if not plan and size < first:  # not within the lead: start once a short one is ready
+                size, plays_at = min(first, rest), None
+            elif plan and size < max(first // 2, 2 * margin * ratio / (1 - ratio)):
+                return plain  # too slow for windows to keep ahead
+        end = start + size
+        lo, hi = max(0, start - margin), min(frames, end + margin)
+        decoded += (hi - lo) * ratio
+        if plays_at is None:
+            plays_at = decoded
+        plan.append((start, end, lo, hi))
+        start = end
+    return plan
 
 
 def trailing_silence(audio: np.ndarray, sr: int) -> float:

@@ -6,7 +6,8 @@ import pytest
 
 from conftest import FIXTURE_MODELS, GOLDEN, REF_MODELS, needs_shared
 from hayakoe_pi import Engine, ModelError, TextError
-from hayakoe_pi.engine import FIRST_WINDOW_FRAMES, decoder_windows, split_sentences, trailing_silence
+from hayakoe_pi.engine import (FIRST_WINDOW_FRAMES, decoder_windows, paced_windows, split_sentences,
+                               trailing_silence)
 from hayakoe_pi.split import decoder_margin
 from hayakoe_pi.models import ModelStore
 
@@ -102,25 +103,30 @@ def test_decoder_windows_cover_every_frame_once(frames):
 
 @pytest.mark.parametrize("frames", [60, 166, 400, 2000])
 @pytest.mark.parametrize("ratio", [0.2, 0.4, 0.55])
-def test_windows_sized_by_speed_each_ready_before_it_plays(frames, ratio):
-    """At a known decode/play ratio below 1, every window after the first is decoded
-    (margins counted) while those before it play, `guard` frames early: no waiting."""
-    guard = 8.6
-    plan = list(decoder_windows(frames, 256, 14, first=48, one_pass_if_fits=False, ratio=ratio,
-                                guard=guard))
+@pytest.mark.parametrize("lead", [0, 30, 120, 1000])
+def test_paced_windows_each_ready_before_playback_reaches_it(frames, ratio, lead):
+    """At a known decode/play ratio below 1, every window (margins counted) is decoded
+    `guard` frames before playback reaches it: after the lead, or, where a first
+    window cannot be ready within the lead, from when it is."""
+    guard, margin = 8.6, 14
+    plan = paced_windows(frames, 256, margin, ratio, guard, lead=lead, first=48)
     assert [f for s, e, _, _ in plan for f in range(s, e)] == list(range(frames))
-    assert plan[0][1] < 48 + 24 and all(hi - lo <= 256 + 28 for _, _, lo, hi in plan)
-    decoded = 0.0
-    for start, end, lo, hi in plan[1:]:
-        decoded += (hi - lo) * ratio
-        assert decoded <= start - guard + 1e-9, (plan, start)
+    assert all(lo == max(0, s - margin) and hi == min(frames, e + margin) and hi - lo <= 256 + 2 * margin
+               for s, e, lo, hi in plan)
+    ready = np.cumsum([(hi - lo) * ratio for _, _, lo, hi in plan])
+    plays_at = lead if ready[0] + guard <= lead else ready[0]
+    for (start, _, _, _), at in zip(plan, ready):
+        assert at + guard <= plays_at + start + 1e-9 or start == 0, (plan, start)
+    if lead == 0:
+        assert plan[0][1] <= 48  # first sound soon
+    if lead >= 1000:
+        assert len(plan) == -(-frames // 256)  # time enough: the fewest windows
 
 
-def test_windows_too_slow_to_keep_up_fall_back_to_doubling():
+def test_windows_too_slow_to_keep_up_are_the_plain_ones():
     plain = list(decoder_windows(1000, 256, 14, first=48, one_pass_if_fits=False))
     for ratio in (0.75, 1.5):
-        assert list(decoder_windows(1000, 256, 14, first=48, one_pass_if_fits=False, ratio=ratio,
-                                    guard=8.6)) == plain
+        assert paced_windows(1000, 256, 14, ratio, 8.6, first=48) == plain
     assert [e - s for s, e, _, _ in plain][:3] == [48, 96, 192]
 
 
