@@ -145,8 +145,10 @@ class Player:
                 if played == 0 and held.size == 0:
                     n = min(fade, data.size)
                     data[:n] *= ramp[:n]
+                on_card = played - (data.size - piece.audio.size)  # before the held-back tail
                 body, held = data[:-fade], data[-fade:].copy()
-                written = self._write(stream, body, stop)
+                # synthesis plans by what is still to play: tell it block by block
+                written = self._write(stream, body, stop, lambda n: ahead.played(on_card + n))
                 if written < body.size:  # stopped: fade out from where it was cut
                     self._fade_out(stream, data[written:written + fade], ramp)
                     return False
@@ -172,13 +174,16 @@ class Player:
         stream.start()
         return stream
 
-    def _write(self, stream, data: np.ndarray, stop) -> int:
-        """Frames written before `stop` was set (all of them if it was not)."""
+    def _write(self, stream, data: np.ndarray, stop, written=None) -> int:
+        """Frames written before `stop` was set (all of them if it was not); `written(n)` after each block."""
         for start in range(0, data.size, self.BLOCK):
             if stop.is_set():
                 return start
-            if stream.write(np.clip(data[start:start + self.BLOCK], -1.0, 1.0).reshape(-1, 1)):
+            block = data[start:start + self.BLOCK]
+            if stream.write(np.clip(block, -1.0, 1.0).reshape(-1, 1)):
                 self.underruns += 1  # PortAudio: the card ran dry before this block
+            if written:
+                written(start + block.size)
             if self._progress:
                 self._progress()
         return data.size
