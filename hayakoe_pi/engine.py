@@ -359,7 +359,7 @@ def paced_windows(frames: int, window: int, margin: int, ratio: float, guard: fl
             size = min(window, int(room) - 2 * margin)
             if not plan and size < first:  # not within the lead: start once a short one is ready
                 size, plays_at = min(first, rest), None
-            elif plan and size < max(first // 2, 2 * margin * ratio / (1 - ratio)):
+            elif plan and size < first // 2:
                 return plain  # too slow for windows to keep ahead
         end = start + size
         lo, hi = max(0, start - margin), min(frames, end + margin)
