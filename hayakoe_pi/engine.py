@@ -339,36 +339,44 @@ def paced_windows(frames: int, window: int, margin: int, ratio: float, guard: fl
     plays; `lead`: frames still to play before the sentence's first one;
     `guard`: frames kept in hand. All in frames of playing time from now. If
     even a short first window cannot be ready within the lead, the sentence
-    starts once it is (the pause grows). Where windows cannot keep ahead of
-    playback (each boundary costs 2 x margin frames), the sentence waits
-    until it can flow (ahead.py) and decoder_windows' plan is used.
+    starts once it is. Where windows cannot keep ahead of playback from there
+    (each boundary costs 2 x margin frames; a CPU slower than real time), the
+    plan is the one that lets the sentence start soonest: it waits (the pause
+    grows, ahead.py) by the least delay after which every window is in time.
     """
-    plain = list(decoder_windows(frames, window, margin, first, one_pass_if_fits=False))
-    if ratio >= 1:
-        return plain
-    plan: list[tuple[int, int, int, int]] = []
-    start = 0
-    decoded = 0.0  # when the windows so far will be ready
-    plays_at = lead  # when playback reaches the sentence's first frame
-    while start < frames:
-        room = (plays_at + start - guard - decoded) / ratio  # frames that can be decoded in time
-        rest = frames - start
-        if rest <= window and rest + (margin if start else 0) <= room:
-            size = rest
-        else:
-            size = min(window, int(room) - 2 * margin)
-            if not plan and size < first:  # not within the lead: start once a short one is ready
-                size, plays_at = min(first, rest), None
-            elif plan and size < first // 2:
-                return plain  # too slow for windows to keep ahead
-        end = start + size
-        lo, hi = max(0, start - margin), min(frames, end + margin)
-        decoded += (hi - lo) * ratio
-        if plays_at is None:
-            plays_at = decoded
-        plan.append((start, end, lo, hi))
-        start = end
-    return plan
+    def in_time(delay: float) -> list[tuple[int, int, int, int]] | None:
+        plan: list[tuple[int, int, int, int]] = []
+        start = 0
+        decoded = 0.0  # when the windows so far will be ready
+        plays_at = lead + delay  # when playback reaches the sentence's first frame
+        while start < frames:
+            room = (plays_at + start - guard - decoded) / ratio  # frames that can be decoded in time
+            rest = frames - start
+            if rest <= window and rest + (margin if start else 0) <= room:
+                size = rest
+            else:
+                size = min(window, int(room) - 2 * margin)
+                if not plan and size < first:  # not within the lead: start once a short one is ready
+                    size, plays_at = min(first, rest), None
+                elif plan and size < first // 2:
+                    return None  # later windows would be late
+            end = start + size
+            lo, hi = max(0, start - margin), min(frames, end + margin)
+            decoded += (hi - lo) * ratio
+            if plays_at is None:
+                plays_at = decoded + delay
+            plan.append((start, end, lo, hi))
+            start = end
+        return plan
+
+    delay = 0.0
+    # the least delay, to a step of a few per cent of it; enough delay always works
+    while delay <= (frames + window) * ratio * 2 + guard:
+        plan = in_time(delay)
+        if plan is not None:
+            return plan
+        delay += max(first / 4, delay / 16)
+    return list(decoder_windows(frames, window, margin, first, one_pass_if_fits=False))
 
 
 def trailing_silence(audio: np.ndarray, sr: int) -> float:

@@ -123,11 +123,28 @@ def test_paced_windows_each_ready_before_playback_reaches_it(frames, ratio, lead
         assert len(plan) == -(-frames // 256)  # time enough: the fewest windows
 
 
-def test_windows_too_slow_to_keep_up_are_the_plain_ones():
-    plain = list(decoder_windows(1000, 256, 14, first=48, one_pass_if_fits=False))
-    for ratio in (0.75, 1.5):
-        assert paced_windows(1000, 256, 14, ratio, 8.6, first=48) == plain
-    assert [e - s for s, e, _, _ in plain][:3] == [48, 96, 192]
+def _start_needed(plan, ratio, guard, lead):
+    """When playback may reach a sentence's first frame for every window of `plan` to be in time."""
+    ready = np.cumsum([(hi - lo) * ratio for _, _, lo, hi in plan])
+    first = lead if ready[0] + guard <= lead else ready[0]
+    return max([first] + [at + guard - start for (start, _, _, _), at in zip(plan[1:], ready[1:])])
+
+
+@pytest.mark.parametrize("ratio", [0.55, 0.75, 1.5, 4.0])
+@pytest.mark.parametrize("frames,lead", [(171, 0), (1000, 0), (1000, 200)])
+def test_windows_too_slow_to_keep_up_start_no_later_than_the_plain_ones(frames, ratio, lead):
+    """Where windows cannot keep ahead of playback, the sentence waits: the plan is one
+    that makes it wait least, never longer than the plain doubling plan would."""
+    guard = 8.6
+    plan = paced_windows(frames, 256, 14, ratio, guard, lead=lead, first=48)
+    plain = list(decoder_windows(frames, 256, 14, first=48, one_pass_if_fits=False))
+    assert [f for s, e, _, _ in plan for f in range(s, e)] == list(range(frames))
+    assert all(hi - lo <= 256 + 28 for _, _, lo, hi in plan)
+    assert _start_needed(plan, ratio, guard, lead) <= _start_needed(plain, ratio, guard, lead) + 1e-9
+    if lead == 0 and ratio < 1:
+        assert plan[0][1] <= 48  # faster than real time: the first sound still comes soon
+    if frames == 171 and ratio == 0.55:  # a sentence of 2 s at ~2x real time: no wait at all
+        assert _start_needed(plan, ratio, guard, lead) <= (plan[0][3] - plan[0][2]) * ratio + 1e-9
 
 
 def test_decoder_margin_covers_the_receptive_field():
