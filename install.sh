@@ -509,6 +509,16 @@ chown -R "$OWNER" "$STATE_DIR" "$CACHE_DIR" "$MODELS_DIR"
 chmod 0700 "$STATE_DIR" "$CACHE_DIR"
 say "$STATE_DIR and $CACHE_DIR: owner $OWNER, mode 0700"
 
+# --- derived model files -------------------------------------------------------------
+# Made now, one model at a time in a child process each (a first start that made
+# them all at once would not fit a 1 GB Pi); a rerun finds them made and skips.
+step "Models: preparing BERT and voice $VOICE (once per model file)"
+prepare=("$VENV/bin/hayakoe-pi" prepare --models "$MODELS_DIR" --cache "$CACHE_DIR" --voice "$VOICE")
+if [ "$SKIP_SYSTEM" != 1 ]; then prepare=(runuser -u "$SVC" -- "${prepare[@]}"); fi
+if ! "${prepare[@]}" 2>&1 | sed 's/^/  /'; then
+    say "WARNING: preparing the models failed (above); the service will try again when it starts"
+fi
+
 # --- systemd --------------------------------------------------------------------------
 step "systemd service $SVC"
 mkdir -p "$(dirname "$UNIT")"

@@ -1,4 +1,4 @@
-"""Command line: `hayakoe-pi run|check|say|devices|frontend|synth ...`."""
+"""Command line: `hayakoe-pi run|check|prepare|say|devices|frontend|synth ...`."""
 
 from __future__ import annotations
 
@@ -93,6 +93,21 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _prepare(args: argparse.Namespace) -> int:
+    """Make the derived model files ahead of the first start (install.sh runs it)."""
+    from .models import default_derived_dir
+    from .prepare import prepare
+
+    if args.models:
+        models = args.models
+        derived = Path(args.cache) / "models" if args.cache else default_derived_dir()
+    else:
+        config = _load_config(args)
+        models, derived = config["models"]["dir"], Path(args.cache or config["cache"]["dir"]) / "models"
+    prepare(models, derived, args.voice or None, report=lambda step: print(step.line(), flush=True))
+    return 0
+
+
 def _say(args: argparse.Namespace) -> int:
     from .ahead import synthesize_ahead
     from .audio import Player
@@ -151,6 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=text)
         c.add_argument("--config", default=DEFAULT_CONFIG, help=f"config file (default {DEFAULT_CONFIG})")
         c.set_defaults(run=func)
+
+    pr = sub.add_parser("prepare", help="make the derived model files (split, optimized copies) "
+                                        "once, one model at a time")
+    pr.add_argument("--config", default=DEFAULT_CONFIG, help=f"config file (default {DEFAULT_CONFIG})")
+    pr.add_argument("--models", help="models directory instead of the config's (cache in ~/.cache)")
+    pr.add_argument("--cache", help="cache folder (the config's cache.dir; the daemon looks in CACHE/models)")
+    pr.add_argument("--voice", action="append", help="only this voice (repeatable; default: all installed)")
+    pr.set_defaults(run=_prepare)
 
     sa = sub.add_parser("say", help="speak text on the sound card now, without MQTT")
     sa.add_argument("--config", default=None, help="config file for models, voice and audio settings")

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from .split import SplitModel, UnreadableModel, decoder_margin, split_synthesizer
+from .split import SplitModel, UnreadableModel, decoder_margin, durable_replace, split_synthesizer
 from .text import FrontEnd, VocabError
 
 BERT_PATH = Path("onnx/bert/q8/bert_q8.onnx")
@@ -145,32 +145,44 @@ def _cpu_signature() -> str:
     return platform.processor()
 
 
-def _optimized_copy(path: Path, cache_root: Path) -> Path:
-    """The model after ONNX Runtime's graph optimizations, saved once per model, ORT and CPU.
+def optimized_path(path: Path, cache_root: Path) -> Path:
+    """Where the optimized copy of `path` is kept: one per model file, ORT version and CPU.
 
-    Optimizing at every load builds the optimized weights beside the original
-    ones (the Q8 BERT takes 1.1 GB that way). The saved result keeps its
-    weights in a separate file that ONNX Runtime memory-maps: no copy is made
-    while loading, and the kernel may drop those pages under pressure. The
-    numbers are the same. The saved graph may hold CPU-specific layouts,
-    hence the CPU in the key.
+    The saved graph may hold CPU-specific layouts (NCHWc blocks), hence the
+    CPU in the key: a new CPU or ONNX Runtime makes a new copy.
     """
     st = path.stat()
     key = hashlib.sha256(
         f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{ort.__version__}|{platform.machine()}|"
         f"{_cpu_signature()}".encode()
     ).hexdigest()[:16]
-    target = cache_root / f"{key}-{path.name}"
+    return cache_root / f"{key}-{path.name}"
+
+
+def _optimized_copy(path: Path, cache_root: Path) -> Path:
+    """The model after ONNX Runtime's graph optimizations, saved once (see optimized_path).
+
+    Optimizing at every load builds the optimized weights beside the original
+    ones (the Q8 BERT takes 1.1 GB that way). The saved result keeps its
+    weights in a separate file that ONNX Runtime memory-maps: no copy is made
+    while loading, and the kernel may drop those pages under pressure. The
+    numbers are the same. The graph is renamed into place last, after its
+    weights are on disk: an interrupted copy is never trusted, only redone.
+    """
+    target = optimized_path(path, cache_root)
     if not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
         weights = target.name + ".weights"
-        opts = _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+        # prepacked weights are not saved: making them here would only raise the peak
+        opts = _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL, prepack=False)
         opts.optimized_model_filepath = str(tmp)
         opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", weights)
         opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
         ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        tmp.replace(target)  # the graph names its weights file, written beside it
+        with open(target.parent / weights, "rb") as f:
+            os.fsync(f.fileno())
+        durable_replace(tmp, target)  # the graph names its weights file, written beside it
     return target
 
 
@@ -428,6 +440,9 @@ class ModelStore:
         derived = Path(derived_dir) if derived_dir else default_derived_dir()
         self.split_dir = derived / "split" if split_decoder else None
         self.optimized_dir = derived / "optimized" if optimize else None
+        # what is missing is made in child processes first (memory: see prepare.py)
+        self._derived = derived if split_decoder and optimize else None
+        self._prepare([])
         self.bert = Bert(self.dir, self.optimized_dir)
         self.max_voices = max(1, max_voices)
         self._voices: dict[str, Voice] = {}  # in order of use, most recent last
@@ -440,12 +455,20 @@ class ModelStore:
         with self._lock:
             voice = self._voices.pop(name, None)
             if voice is None:
+                self._prepare([name])
                 voice = load_voice(self.dir, name, self.bert.hidden_size, self.split_dir,
                                    self.optimized_dir)
             self._voices[name] = voice
             while len(self._voices) > self.max_voices:
                 self._voices.pop(next(iter(self._voices)))
             return voice
+
+
+    def _prepare(self, voices: list[str]) -> None:
+        from .prepare import prepare
+
+        if self._derived is not None and (not voices or voices[0] in installed_voices(self.dir)):
+            prepare(self.dir, self._derived, voices)
 
 
 def default_derived_dir() -> Path:

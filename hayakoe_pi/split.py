@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,22 @@ def _split_dir(source: Path, cache_root: Path) -> Path:
     """Never beside the model: model folders may be read-only or shared."""
     digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:16]
     return cache_root / digest
+
+
+def durable_replace(tmp: Path, target: Path) -> None:
+    """Rename `tmp` to `target` only once its bytes are on disk: after a power cut
+    there is either no `target` or a whole one."""
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    tmp.replace(target)
+    try:
+        fd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:  # a file system without directory fsync
+        pass
 
 
 def cached_split(source: Path, cache_root: Path) -> SplitModel | None:
@@ -292,8 +309,11 @@ def split_synthesizer(source: Path, cache_root: Path, session_options) -> SplitM
     for part, name in ((front, FRONT_NAME), (decoder, DECODER_NAME)):
         tmp = folder / f"{name}.tmp"
         onnx.save(part, str(tmp))
-        tmp.replace(folder / name)
-    (folder / STAMP_NAME).write_text(json.dumps({**_stamp(source), "z": z, "g": g}))
+        durable_replace(tmp, folder / name)
+    # the stamp comes last: a split interrupted before it is made again
+    tmp = folder / f"{STAMP_NAME}.tmp"
+    tmp.write_text(json.dumps({**_stamp(source), "z": z, "g": g}))
+    durable_replace(tmp, folder / STAMP_NAME)
     log.info("split %s into its decoder and the rest (%s)", source.name, folder)
     return SplitModel(folder / FRONT_NAME, folder / DECODER_NAME, z, g)
 

@@ -376,6 +376,52 @@ def cpu_cgroup_available() -> str | None:
     return None
 
 
+MEMORY_CGROUP = Path("/sys/fs/cgroup/memory")
+
+
+def memory_cgroup_available() -> str | None:
+    """None if run_with_memory_limit() can work here, else why not (for pytest.skip)."""
+    if os.geteuid() != 0:
+        return "limiting memory with cgroups needs root"
+    if not (MEMORY_CGROUP / "memory.limit_in_bytes").is_file():
+        return f"no cgroup v1 memory controller mounted at {MEMORY_CGROUP}"
+    probe = MEMORY_CGROUP / f"hayakoe-probe-{os.getpid()}-{next(_cgroup_names)}"
+    try:
+        probe.mkdir()
+        try:
+            (probe / "memory.limit_in_bytes").write_text(str(512 << 20))
+        finally:
+            probe.rmdir()
+    except OSError as e:
+        return f"cannot create a memory cgroup under {MEMORY_CGROUP}: {e}"
+    return None
+
+
+def run_with_memory_limit(cmd: list[str], limit_mb: int, **kwargs) -> tuple[subprocess.CompletedProcess, float]:
+    """Run `cmd` (and all it starts) in a memory cgroup of `limit_mb`: over it, the kernel's
+    OOM killer kills it as on a Pi with that much free. Returns the result and the group's peak (MB)."""
+    group = MEMORY_CGROUP / f"hayakoe-test-{os.getpid()}-{next(_cgroup_names)}"
+    group.mkdir()
+    try:
+        (group / "memory.limit_in_bytes").write_text(str(limit_mb << 20))
+        procs = str(group / "cgroup.procs")
+
+        def join():  # in the child before exec: everything it runs is inside
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+
+        done = subprocess.run(cmd, preexec_fn=join, **kwargs)
+        peak = int((group / "memory.max_usage_in_bytes").read_text()) / (1 << 20)
+        return done, peak
+    finally:
+        for _ in range(50):  # the group empties once its last process is reaped
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
 class CpuLimit:
     """A child group of the cgroup v1 cpu controller: its processes share `cpus` CPUs.
 

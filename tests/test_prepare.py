@@ -1,0 +1,99 @@
+"""hayakoe-pi prepare: derived model files made once, each model in a child process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURE_MODELS, REPO
+from harness import memory_cgroup_available, run_with_memory_limit
+from hayakoe_pi import prepare as prep
+from hayakoe_pi.engine import Engine
+from hayakoe_pi.models import ModelStore
+
+VOICE = "tiny-voice"
+TEXT = "おはようございます。今日は晴れです。"
+QUIET = dict(noise=0.0, noise_w=0.0)
+
+
+def _files(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+
+
+def test_each_model_is_prepared_in_a_child_once_then_loaded_without_one(tmp_path, monkeypatch):
+    steps = prep.prepare(FIXTURE_MODELS, tmp_path)
+    assert [s.what for s in steps] == ["bert", "tiny-voice", "tiny-voice-nodur"]
+    assert all(not s.done and s.peak_mb > 10 for s in steps)  # the child's own peak
+    made = _files(tmp_path)
+    assert not [f for f in made if f.endswith(".tmp")]
+
+    again = prep.prepare(FIXTURE_MODELS, tmp_path)
+    assert all(s.done for s in again) and _files(tmp_path) == made  # a second run does nothing
+
+    def no_child(*args, **kwargs):
+        raise AssertionError("a prepared store started a child")
+
+    monkeypatch.setattr(subprocess, "run", no_child)
+    store = ModelStore(FIXTURE_MODELS, derived_dir=tmp_path)
+    assert Engine(FIXTURE_MODELS, voice=VOICE, store=store).synthesize(TEXT, **QUIET).size
+    assert _files(tmp_path) == made
+
+
+def test_a_store_prepares_what_is_missing_in_children(tmp_path):
+    store = ModelStore(FIXTURE_MODELS, derived_dir=tmp_path)
+    store.voice(VOICE)
+    assert not prep.missing(FIXTURE_MODELS, tmp_path, "bert")
+    assert not prep.missing(FIXTURE_MODELS, tmp_path, VOICE)
+    assert prep.missing(FIXTURE_MODELS, tmp_path, "tiny-voice-nodur")  # never asked for
+
+
+def test_a_killed_preparation_is_redone_never_trusted(tmp_path):
+    """kill -9 at several moments of a voice's preparation: whatever it left, the next
+    preparation gives a voice that speaks exactly as one prepared in one go."""
+    reference = tmp_path / "reference"
+    prep.prepare(FIXTURE_MODELS, reference, [VOICE])
+    want = Engine(FIXTURE_MODELS, voice=VOICE, store=ModelStore(FIXTURE_MODELS, derived_dir=reference)) \
+        .synthesize(TEXT, **QUIET)
+    cmd = [sys.executable, "-m", "hayakoe_pi.prepare", "--models", str(FIXTURE_MODELS)]
+    left_unfinished = 0
+    for i, after in enumerate((0.8, 1.4, 2.0, 2.6)):
+        derived = tmp_path / f"killed-{i}"
+        prep.prepare(FIXTURE_MODELS, derived, [])  # BERT
+        child = subprocess.Popen([*cmd, "--derived", str(derived), "--voice", VOICE], cwd=REPO,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(after)
+        killed = child.poll() is None
+        os.kill(child.pid, signal.SIGKILL) if killed else None
+        child.wait()
+        if killed and prep.missing(FIXTURE_MODELS, derived, VOICE):
+            left_unfinished += 1
+            redone = prep.prepare(FIXTURE_MODELS, derived, [VOICE])
+            assert not redone[1].done
+        store = ModelStore(FIXTURE_MODELS, derived_dir=derived)
+        got = Engine(FIXTURE_MODELS, voice=VOICE, store=store).synthesize(TEXT, **QUIET)
+        assert got.shape == want.shape and np.abs(got - want).max() <= 1e-5, after
+    assert left_unfinished, "no kill landed before the preparation had finished: kill sooner"
+
+
+def test_preparation_fits_a_memory_limit_and_says_so_when_it_does_not(tmp_path):
+    why = memory_cgroup_available()
+    if why:
+        pytest.skip(why)
+    cmd = [sys.executable, "-m", "hayakoe_pi.cli", "prepare", "--models", str(FIXTURE_MODELS)]
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "fits")}
+    done, peak = run_with_memory_limit(cmd, 300, env=env, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "voice tiny-voice: prepared" in done.stdout and peak <= 300
+    # the limit is real: below what one step needs, the step is killed and the error says why
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "too-small")}
+    done, _ = run_with_memory_limit(cmd, 60, env=env, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "out of memory" in done.stderr or done.returncode in (-9, 137)
+    assert not prep.missing(FIXTURE_MODELS, tmp_path / "fits" / "hayakoe-pi" / "models", VOICE)
