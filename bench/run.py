@@ -3,6 +3,7 @@
 
     python bench/run.py --models /work/bench-models/full [--out bench/out] [--repeats 3]
     python bench/run.py playback --models ...   # holes, pause stretch, underruns (bench/playback.py)
+    python bench/run.py memory --models ...     # a first start inside a memory limit (bench/memory.py)
 
 For each text and implementation it starts a fresh Python process that imports
 the implementation, loads BERT and the voice, speaks the text once untimed
@@ -300,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["playback"]:  # speech as heard on a real-time card: bench/playback.py
         from playback import main as playback
         return playback(argv[1:])
+    if argv[:1] == ["memory"]:  # a first start inside a memory limit: bench/memory.py
+        from memory import main as memory
+        return memory(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", type=Path, required=True,
                     help="HayaKoe-layout models dir (python tools/make_models.py --size full)")

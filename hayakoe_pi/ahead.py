@@ -226,6 +226,8 @@ def synthesize_ahead(engine, text: str, voice: str | None = None, progress=None,
     name = voice or engine.voice.name
     v = engine.store.voice(name)
     speed = decoder_speed(name)
+    if speed.seconds_per_frame is None and v.tuned_speed:
+        speed.observe(*v.tuned_speed)  # the first text after a start is planned by it, not blind
     frame_seconds = v.hop_length / v.sample_rate
 
     def plan_windows(frames: int, window: int, margin: int):

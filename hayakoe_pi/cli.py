@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -66,6 +67,7 @@ def _check(args: argparse.Namespace) -> int:
     from .config import check_models
     from .models import ModelStore
     from .mqtt import probe_broker
+    from .prepare import describe_tuning, missing
 
     config = _load_config(args)
     problems = 0
@@ -78,10 +80,18 @@ def _check(args: argparse.Namespace) -> int:
     report(True, "config", str(args.config))
     try:
         check_models(config)
-        store = ModelStore(config["models"]["dir"])
-        voice = store.voice(config["voice"]["name"])
-        report(True, "models", f"{store.dir}, voice {voice.name} ({voice.sample_rate} Hz), "
-                               f"installed: {', '.join(store.voices())}")
+        models, name = Path(config["models"]["dir"]), config["voice"]["name"]
+        derived = Path(config["cache"]["dir"]) / "models"  # where the service keeps its copies
+        if any(missing(models, derived, what) for what in ("bert", name)) and not _writable(derived):
+            report(True, "models", f"{models}, voice {name}: not prepared yet in {derived}; the service "
+                                   "prepares it when it starts (or: hayakoe-pi prepare, as the service's user)")
+        else:
+            store = ModelStore(models, derived_dir=derived)
+            voice = store.voice(name)
+            report(True, "models", f"{store.dir}, voice {voice.name} ({voice.sample_rate} Hz), "
+                                   f"installed: {', '.join(store.voices())}")
+            if voice.tuning:
+                report(True, "decoder", f"{describe_tuning(voice.tuning)}, chosen on this CPU")
     except Exception as e:  # ConfigError, ModelError
         report(False, "models", str(e))
     ok, detail = probe_broker(config["mqtt"])
@@ -91,6 +101,13 @@ def _check(args: argparse.Namespace) -> int:
     except AudioError as e:
         report(False, "audio", str(e))
     return 1 if problems else 0
+
+
+def _writable(folder: Path) -> bool:
+    """Whether this user may make files in `folder` (or in the folder it would be made in)."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return os.access(folder, os.W_OK | os.X_OK)
 
 
 def _prepare(args: argparse.Namespace) -> int:

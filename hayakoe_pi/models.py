@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from .split import SplitModel, UnreadableModel, decoder_margin, durable_replace, split_synthesizer
+from .split import cached_split, decoder_margin
+from .weights import durable_replace, prepared_whole
 from .text import FrontEnd, VocabError
 
 BERT_PATH = Path("onnx/bert/q8/bert_q8.onnx")
@@ -145,22 +146,20 @@ def _cpu_signature() -> str:
     return platform.processor()
 
 
-def optimized_path(path: Path, cache_root: Path) -> Path:
-    """Where the optimized copy of `path` is kept: one per model file, ORT version and CPU.
-
-    The saved graph may hold CPU-specific layouts (NCHWc blocks), hence the
-    CPU in the key: a new CPU or ONNX Runtime makes a new copy.
-    """
-    st = path.stat()
-    key = hashlib.sha256(
-        f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{ort.__version__}|{platform.machine()}|"
-        f"{_cpu_signature()}".encode()
-    ).hexdigest()[:16]
-    return cache_root / f"{key}-{path.name}"
+def cpu_key() -> str:
+    """This CPU and ONNX Runtime: optimized graphs hold layouts (NCHWc blocks) and the
+    decoder timings hold only for them, so a new CPU or ONNX Runtime makes new ones."""
+    return hashlib.sha256(
+        f"{ort.__version__}|{platform.machine()}|{_cpu_signature()}".encode()).hexdigest()[:12]
 
 
-def _optimized_copy(path: Path, cache_root: Path) -> Path:
-    """The model after ONNX Runtime's graph optimizations, saved once (see optimized_path).
+def optimized_path(graph: Path) -> Path:
+    """Where the optimized copy of a prepared graph is kept: beside it, one per CPU key."""
+    return graph.with_name(f"{graph.stem}.{cpu_key()}.onnx")
+
+
+def optimize(graph: Path) -> Path:
+    """Save `graph` after ONNX Runtime's graph optimizations (once; see optimized_path).
 
     Optimizing at every load builds the optimized weights beside the original
     ones (the Q8 BERT takes 1.1 GB that way). The saved result keeps its
@@ -169,9 +168,8 @@ def _optimized_copy(path: Path, cache_root: Path) -> Path:
     numbers are the same. The graph is renamed into place last, after its
     weights are on disk: an interrupted copy is never trusted, only redone.
     """
-    target = optimized_path(path, cache_root)
+    target = optimized_path(graph)
     if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
         weights = target.name + ".weights"
         # prepacked weights are not saved: making them here would only raise the peak
@@ -179,16 +177,17 @@ def _optimized_copy(path: Path, cache_root: Path) -> Path:
         opts.optimized_model_filepath = str(tmp)
         opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", weights)
         opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
-        ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        ort.InferenceSession(str(graph), opts, providers=["CPUExecutionProvider"])
         with open(target.parent / weights, "rb") as f:
             os.fsync(f.fileno())
         durable_replace(tmp, target)  # the graph names its weights file, written beside it
     return target
 
 
-def open_session(path: Path, what: str, cache_root: Path | None = None,
+def open_session(path: Path, what: str, prepared: Path | None = None,
                  prepack: bool = True) -> ort.InferenceSession:
-    """A CPU session for `path`; with `cache_root`, from its optimized copy saved there.
+    """A CPU session for the model file `path`; with `prepared` (its graph made by
+    prepare), from that graph's optimized copy.
 
     prepack=False keeps ONNX Runtime from making a second, repacked copy of the
     weights: for the Q8 BERT that saves 140 MB for 10 % more BERT time (BERT is
@@ -197,18 +196,25 @@ def open_session(path: Path, what: str, cache_root: Path | None = None,
     if not path.is_file():
         raise ModelError(f"{what} not found: {path}")
     try:
-        if cache_root is not None:
-            optimized = _optimized_copy(path, cache_root)
+        if prepared is not None:
             opts = _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, prepack)
-            return ort.InferenceSession(str(optimized), opts, providers=["CPUExecutionProvider"])
+            return ort.InferenceSession(str(optimize(prepared)), opts, providers=["CPUExecutionProvider"])
         opts = _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL, prepack)
         return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     except Exception as e:  # ORT raises its own exception types for bad files
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelError(
-            f"{what} {path} cannot be loaded ({reason}); the file is probably truncated "
-            "or corrupted: download it again"
-        ) from None
+        raise unreadable(what, path, e) from None
+
+
+def prepare_options() -> ort.SessionOptions:
+    """Options for the sessions that prepare a model (fold its constants, check its decoder):
+    no optimization, which would fold every constant of the whole model in memory."""
+    return _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, prepack=False)
+
+
+def unreadable(what: str, path: Path, e: Exception) -> ModelError:
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return ModelError(f"{what} {path} cannot be loaded ({reason}); the file is probably truncated "
+                      "or corrupted: download it again")
 
 
 def _input_dim(session: ort.InferenceSession, name: str, axis: int):
@@ -223,7 +229,8 @@ class Bert:
 
     def __init__(self, models_dir: Path, derived_dir: Path | None = None):
         self.path = models_dir / BERT_PATH
-        self.session = open_session(self.path, "BERT model", derived_dir, prepack=False)
+        prepared = _prepared(prepared_whole, self.path, derived_dir, "BERT model")
+        self.session = open_session(self.path, "BERT model", prepared, prepack=False)
         names = [i.name for i in self.session.get_inputs()]
         if "input_ids" not in names:
             raise ModelError(f"BERT model {self.path} has no 'input_ids' input (inputs: {names})")
@@ -258,6 +265,13 @@ class Voice:
     decoder_inputs: tuple[str, ...] = ()  # names of z (and g) in synth's outputs
     decoder_margin: int = 0  # latent frames of overlap that make windowed decoding exact
     files: list[Path] = field(default_factory=list)
+    tuning: dict | None = None  # the decoder form chosen on this CPU, and its timings
+
+    @property
+    def tuned_speed(self) -> tuple[float, int] | None:
+        """(seconds, latent frames) of the decoder's full window as prepare timed it on this CPU."""
+        t = self.tuning
+        return (t["seconds"][t["form"]][-1], t["frames"][-1]) if t else None
 
     @property
     def has_durations(self) -> bool:
@@ -288,7 +302,7 @@ class Voice:
         return speaker
 
 
-def _read_config(path: Path) -> dict:
+def read_config(path: Path) -> dict:
     if not path.is_file():
         raise ModelError(f"voice config not found: {path}")
     try:
@@ -310,10 +324,32 @@ def _read_config(path: Path) -> dict:
     return config
 
 
+def _prepared(lookup, path: Path, derived_dir: Path | None, what: str):
+    """What prepare made from `path` under `derived_dir` (None: use the file as it is)."""
+    if derived_dir is None or not path.is_file():
+        return None  # open_session says what is missing
+    found = lookup(path, derived_dir)
+    if found is None:
+        raise ModelError(f"{what} {path} is not prepared yet: run `hayakoe-pi prepare`")
+    return found
+
+
+def tuning_path(folder: Path) -> Path:
+    """The decoder timings prepare measured on this CPU (see prepare.tune)."""
+    return folder / f"tuning.{cpu_key()}.json"
+
+
+def read_tuning(folder: Path) -> dict | None:
+    try:
+        return json.loads(tuning_path(folder).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
-               split_dir: Path | None = None, optimized_dir: Path | None = None) -> Voice:
-    """One voice's sessions: with `split_dir` the decoder runs apart (in windows); with
-    `optimized_dir` sessions come from saved optimized copies."""
+               derived_dir: Path | None = None) -> Voice:
+    """One voice's sessions. With `derived_dir`, from what prepare made there: the
+    decoder apart (run in windows) in the form tuned for this CPU, optimized copies."""
     if not name or name.startswith(".") or any(c in name for c in "/\\\0"):
         raise ModelError(f"invalid voice name {name!r}: a voice is a folder name under {SPEAKERS_DIR}")
     directory = models_dir / SPEAKERS_DIR / name
@@ -324,7 +360,7 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
             f"installed voices: {', '.join(installed) or 'none'}"
         )
     config_path = directory / "config.json"
-    config = _read_config(config_path)
+    config = read_config(config_path)
     data = config["data"]
     styles = dict(data["style2id"])
     num_styles = data.get("num_styles", len(styles))
@@ -352,8 +388,9 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
         raise ModelError(f"voice config {config_path}: style ids out of range for {', '.join(bad_ids)}")
 
     synth_path = directory / "synthesizer.onnx"
-    parts = _split(synth_path, split_dir) if split_dir else None
-    synth = open_session(parts.front if parts else synth_path, "synthesizer", optimized_dir)
+    parts = cached_split(synth_path, derived_dir) if derived_dir and synth_path.is_file() else None
+    whole = None if parts else _prepared(prepared_whole, synth_path, derived_dir, "synthesizer")
+    synth = open_session(synth_path, "synthesizer", parts.front if parts else whole)
     inputs = [i.name for i in synth.get_inputs()]
     missing = [n for n in SYNTH_INPUTS if n not in inputs]
     if missing:
@@ -374,9 +411,11 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
             f"synthesizer {synth_path} expects {bert_dim}-d BERT features, the BERT model gives {bert_hidden}"
         )
     outputs = [o.name for o in synth.get_outputs()]
-    decoder, decoder_inputs, margin = None, (), 0
+    decoder, decoder_inputs, margin, tuning = None, (), 0, None
     if parts:
-        decoder = open_session(parts.decoder, "synthesizer decoder", optimized_dir)
+        tuning = read_tuning(parts.folder)
+        form = tuning["form"] if tuning and tuning.get("form") in parts.decoders else "1d"
+        decoder = open_session(synth_path, "synthesizer decoder", parts.decoders[form])
         decoder_inputs = (parts.z_name, parts.g_name) if parts.g_name else (parts.z_name,)
         margin = decoder_margin(config.get("model", {}))
         outputs = [o for o in outputs if o not in decoder_inputs]
@@ -392,21 +431,8 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
         add_blank=bool(data.get("add_blank", True)), speakers=dict(speakers), styles=styles,
         style_vectors=vectors.astype(np.float32), synth=synth, synth_outputs=outputs,
         decoder=decoder, decoder_inputs=decoder_inputs, decoder_margin=margin, files=files,
+        tuning=tuning,
     )
-
-
-def _split(synth_path: Path, cache_root: Path) -> SplitModel | None:
-    if not synth_path.is_file():
-        raise ModelError(f"synthesizer not found: {synth_path}")
-    try:
-        return split_synthesizer(
-            synth_path, cache_root, lambda: _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL))
-    except UnreadableModel as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else "unreadable"
-        raise ModelError(
-            f"synthesizer {synth_path} cannot be loaded ({reason}); the file is probably truncated "
-            "or corrupted: download it again"
-        ) from None
 
 
 def installed_voices(models_dir: Path) -> list[str]:
@@ -421,12 +447,14 @@ class ModelStore:
 
     Voices are loaded on first use and share the one BERT session; only the
     `max_voices` most recently used stay loaded, so switching voices all day
-    does not grow memory. Split and optimized copies of the model files are
-    made once, under `derived_dir` (default ~/.cache/hayakoe-pi/models).
+    does not grow memory. What is derived from the model files (the split,
+    the decoder form, optimized copies) is made once, under `derived_dir`
+    (default ~/.cache/hayakoe-pi/models), by prepare.py in child processes;
+    prepared=False loads the files as they are (whole, optimized at each load).
     """
 
-    def __init__(self, models_dir: str | Path, max_voices: int = 2, split_decoder: bool = True,
-                 derived_dir: str | Path | None = None, optimize: bool = True):
+    def __init__(self, models_dir: str | Path, max_voices: int = 2, prepared: bool = True,
+                 derived_dir: str | Path | None = None):
         self.dir = Path(models_dir).expanduser()
         if not self.dir.is_dir():
             raise ModelError(f"models directory not found: {self.dir}")
@@ -437,13 +465,9 @@ class ModelStore:
             self.frontend = FrontEnd(vocab)
         except VocabError as e:
             raise ModelError(str(e)) from None
-        derived = Path(derived_dir) if derived_dir else default_derived_dir()
-        self.split_dir = derived / "split" if split_decoder else None
-        self.optimized_dir = derived / "optimized" if optimize else None
-        # what is missing is made in child processes first (memory: see prepare.py)
-        self._derived = derived if split_decoder and optimize else None
+        self.derived = (Path(derived_dir) if derived_dir else default_derived_dir()) if prepared else None
         self._prepare([])
-        self.bert = Bert(self.dir, self.optimized_dir)
+        self.bert = Bert(self.dir, self.derived)
         self.max_voices = max(1, max_voices)
         self._voices: dict[str, Voice] = {}  # in order of use, most recent last
         self._lock = threading.Lock()
@@ -456,19 +480,18 @@ class ModelStore:
             voice = self._voices.pop(name, None)
             if voice is None:
                 self._prepare([name])
-                voice = load_voice(self.dir, name, self.bert.hidden_size, self.split_dir,
-                                   self.optimized_dir)
+                voice = load_voice(self.dir, name, self.bert.hidden_size, self.derived)
             self._voices[name] = voice
             while len(self._voices) > self.max_voices:
                 self._voices.pop(next(iter(self._voices)))
             return voice
 
-
     def _prepare(self, voices: list[str]) -> None:
+        """Make what is missing, each model in a child process (memory: see prepare.py)."""
         from .prepare import prepare
 
-        if self._derived is not None and (not voices or voices[0] in installed_voices(self.dir)):
-            prepare(self.dir, self._derived, voices)
+        if self.derived is not None and (not voices or voices[0] in installed_voices(self.dir)):
+            prepare(self.dir, self.derived, voices)
 
 
 def default_derived_dir() -> Path:

@@ -1,15 +1,19 @@
 """Making what is derived from the model files, one model at a time, each in a child process.
 
-The split of a synthesizer, its decoder form and ONNX Runtime's optimized
-copies are made once per model file. Making them holds the model several
-times over (the full-size voice peaks at 1.3 GB when it is all done in one
-process, more than a 1 GB Pi has free); in a child of its own each model's
-step holds only that model, and its memory goes back when the child exits.
-The daemon then loads only finished files, memory-mapped.
+Per model file, once: its graph apart from its weights with its constants
+folded (weights.py), for a voice the split into the decoder and the rest
+with the decoder's 2-D form (split.py), ONNX Runtime's optimized copy of
+each graph, and for a voice the decoder form that is faster on this CPU
+(`tune`). Loading a model whole to do this held it several times over (the
+full-size voice peaked at 1.3 GB, more than a 1 GB Pi has free); here no
+step holds its weights in memory, and each model's step runs in a child of
+its own, whose memory goes back when it exits. The daemon then loads only
+finished files, memory-mapped.
 
     python -m hayakoe_pi.prepare --models DIR --derived DIR (--bert | --voice NAME)
 
-is one step (the child); `prepare()` runs the steps that are missing.
+is one step (the child); `prepare()` runs the steps that are missing. A new
+CPU or ONNX Runtime makes new optimized copies and timings (models.cpu_key).
 """
 
 from __future__ import annotations
@@ -23,9 +27,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .models import (BERT_PATH, SPEAKERS_DIR, Bert, ModelError, installed_voices, load_voice,
-                     optimized_path)
-from .split import cached_split
+import numpy as np
+
+from .models import (BERT_PATH, SPEAKERS_DIR, ModelError, cpu_threads, prepare_options, installed_voices,
+                     load_voice, open_session, optimize, optimized_path, read_config, read_tuning, tuning_path,
+                     unreadable)
+from .split import SplitModel, _input_channels, cached_split, decoder_margin, split_synthesizer
+from .weights import (UnreadableModel, clear_folder, drop_weights, durable_replace, has_weights, make_whole, model_folder,
+                      prepared_whole)
+
+# Decoder windows timed by the tuner (latent frames, margins added): the short
+# first window and the engine's full one.
+TUNE_FRAMES = (48, 256)
+TUNE_REPEATS = 3
+SAME_SAMPLES = 1e-4  # a form is a candidate only if it gives the samples of the one cut
 
 
 @dataclass
@@ -34,34 +49,43 @@ class Step:
     done: bool  # nothing was left to make
     seconds: float = 0.0
     peak_mb: float = 0.0  # the child's peak resident memory
+    tuning: dict | None = None
 
     def line(self) -> str:
         name = "BERT" if self.what == "bert" else f"voice {self.what}"
         if self.done:
             return f"{name}: up to date"
-        return f"{name}: prepared in {self.seconds:.1f} s, peak memory {self.peak_mb:.0f} MB"
+        line = f"{name}: prepared in {self.seconds:.1f} s, peak memory {self.peak_mb:.0f} MB"
+        return f"{line}; {describe_tuning(self.tuning)}" if self.tuning else line
 
 
-def _split_dir(derived: Path) -> Path:
-    return derived / "split"
+def describe_tuning(tuning: dict) -> str:
+    times = ", ".join(
+        f"{form} {' / '.join(f'{s * 1000:.0f}' for s in seconds)} ms"
+        for form, seconds in tuning["seconds"].items())
+    frames = " / ".join(str(f) for f in tuning["frames"])
+    return (f"decoder {tuning['form']} ({times} for {frames} frames, "
+            f"{tuning['threads']} thread{'s' if tuning['threads'] != 1 else ''})")
 
 
-def _optimized_dir(derived: Path) -> Path:
-    return derived / "optimized"
+def _synthesizer(models_dir: Path, voice: str) -> Path:
+    return models_dir / SPEAKERS_DIR / voice / "synthesizer.onnx"
+
+
+def _graphs_needed(parts: SplitModel) -> list[Path]:
+    """The graphs a voice runs: the front and the decoder form tuned for this CPU."""
+    tuning = read_tuning(parts.folder)
+    return [parts.front, parts.decoders[tuning["form"]]] if tuning else []
 
 
 def missing(models_dir: Path, derived: Path, what: str) -> bool:
     """Whether a step has something left to make (cheap: only file names and stamps)."""
-    if what == "bert":
-        bert = models_dir / BERT_PATH
-        return not (bert.is_file() and optimized_path(bert, _optimized_dir(derived)).is_file())
-    synth = models_dir / SPEAKERS_DIR / what / "synthesizer.onnx"
-    if not synth.is_file():
+    source = models_dir / BERT_PATH if what == "bert" else _synthesizer(models_dir, what)
+    if not source.is_file():
         return True  # the child says what is wrong
-    parts = cached_split(synth, _split_dir(derived))
-    if parts is None:
-        return True
-    return not all(optimized_path(p, _optimized_dir(derived)).is_file() for p in (parts.front, parts.decoder))
+    parts = None if what == "bert" else cached_split(source, derived)
+    graphs = _graphs_needed(parts) if parts else [prepared_whole(source, derived)]
+    return not graphs or not all(g is not None and optimized_path(g).is_file() for g in graphs)
 
 
 def _peak_mb() -> float:
@@ -71,12 +95,95 @@ def _peak_mb() -> float:
     return 0.0
 
 
-def _make(models_dir: Path, derived: Path, what: str) -> None:
-    """One step, in this process."""
-    if what == "bert":
-        Bert(models_dir, _optimized_dir(derived))
-    else:
-        load_voice(models_dir, what, None, _split_dir(derived), _optimized_dir(derived))
+def choose_form(seconds: dict[str, list[float]], differences: dict[str, float]) -> str:
+    """The fastest decoder form (least time over the timed windows) of those giving the
+    samples of the one cut; "1d" is that one."""
+    candidates = [f for f in seconds if f == "1d" or differences.get(f, np.inf) <= SAME_SAMPLES]
+    return min(candidates, key=lambda f: (sum(seconds[f]), f != "1d"))
+
+
+def tune(parts: SplitModel, margin: int) -> dict:
+    """Time each decoder form on this CPU, with the threads the daemon uses, and choose."""
+    import onnx
+
+    graph = onnx.load(str(parts.decoders["1d"]), load_external_data=False).graph
+    rng = np.random.default_rng(0)
+    feeds_by_size = []
+    for frames in TUNE_FRAMES:
+        feeds = {parts.z_name: rng.standard_normal((1, _input_channels(graph, parts.z_name),
+                                                    frames + 2 * margin), dtype=np.float32)}
+        if parts.g_name:
+            feeds[parts.g_name] = rng.standard_normal((1, _input_channels(graph, parts.g_name), 1),
+                                                      dtype=np.float32)
+        feeds_by_size.append(feeds)
+    sessions = {form: open_session(path, "synthesizer decoder", path) for form, path in parts.decoders.items()}
+    seconds = {form: [np.inf] * len(TUNE_FRAMES) for form in sessions}
+    outputs = {}
+    for _ in range(TUNE_REPEATS):  # forms in turn, so a noisy moment hits both
+        for form, session in sessions.items():
+            for i, feeds in enumerate(feeds_by_size):
+                began = time.perf_counter()
+                out = session.run(None, feeds)[0]
+                seconds[form][i] = min(seconds[form][i], time.perf_counter() - began)
+                outputs[form, i] = out
+    differences = {form: max(float(np.abs(outputs[form, i] - outputs["1d", i]).max())
+                             for i in range(len(TUNE_FRAMES))) for form in sessions}
+    form = choose_form(seconds, differences)
+    return {"form": form, "frames": list(TUNE_FRAMES), "margin": margin, "threads": cpu_threads(),
+            "seconds": {f: [round(s, 4) for s in t] for f, t in seconds.items()},
+            "max_difference": differences}
+
+
+def _prepare_bert(models_dir: Path, derived: Path) -> None:
+    source = models_dir / BERT_PATH
+    if not source.is_file():
+        raise ModelError(f"BERT model not found: {source}")
+    graph = prepared_whole(source, derived)
+    if graph is None or not (optimized_path(graph).is_file() or has_weights(graph.parent)):
+        graph = _made(make_whole, "BERT model", source, derived)  # new, or made for another CPU
+    optimize(graph)
+    drop_weights(graph.parent)
+
+
+def _made(make, what: str, source: Path, derived: Path):
+    try:
+        return make(source, derived, prepare_options)
+    except UnreadableModel as e:
+        raise unreadable(what, source, e) from None
+
+
+def _prepare_voice(models_dir: Path, voice: str, derived: Path) -> dict | None:
+    source = _synthesizer(models_dir, voice)
+    tuning = None
+    if source.is_file():
+        done = not missing(models_dir, derived, voice)
+        parts = cached_split(source, derived)
+        whole = None if parts else prepared_whole(source, derived)
+        folder = model_folder(source, derived)
+        if not (done or has_weights(folder)):  # made for another CPU: its weights are gone
+            clear_folder(folder)
+            parts = whole = None
+        if not (parts or whole):
+            parts = _made(split_synthesizer, "synthesizer", source, derived)
+            whole = None if parts else _made(make_whole, "synthesizer", source, derived)
+        if parts:
+            for graph in [parts.front, *parts.decoders.values()]:
+                optimize(graph)
+            config = read_config(source.parent / "config.json")
+            tuning = tune(parts, decoder_margin(config.get("model", {})))
+            tmp = folder / "tuning.tmp"
+            tmp.write_text(json.dumps(tuning))
+            durable_replace(tmp, tuning_path(folder))
+            for form, graph in parts.decoders.items():  # the slower form's copy is not kept
+                if form != tuning["form"]:
+                    copy = optimized_path(graph)
+                    copy.unlink(missing_ok=True)
+                    copy.with_name(copy.name + ".weights").unlink(missing_ok=True)
+        else:
+            optimize(whole)
+        drop_weights(folder)
+    load_voice(models_dir, voice, None, derived)  # as the daemon will: every other file checked too
+    return tuning
 
 
 def prepare(models_dir: str | Path, derived: str | Path, voices: list[str] | None = None,
@@ -101,8 +208,9 @@ def prepare(models_dir: str | Path, derived: str | Path, voices: list[str] | Non
                     message = (f"preparing {what} stopped (exit {child.returncode}"
                                f"{', out of memory?' if child.returncode in (-9, 137) else ''})")
                 raise ModelError(message.removeprefix("hayakoe-pi: error: "))
-            peak = json.loads(child.stdout.strip().splitlines()[-1])["peak_mb"]
-            step = Step(what, done=False, seconds=time.monotonic() - began, peak_mb=peak)
+            result = json.loads(child.stdout.strip().splitlines()[-1])
+            step = Step(what, done=False, seconds=time.monotonic() - began, peak_mb=result["peak_mb"],
+                        tuning=result.get("tuning"))
         steps.append(step)
         if report:
             report(step)
@@ -118,11 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--voice")
     args = ap.parse_args(argv)
     try:
-        _make(args.models, args.derived, "bert" if args.bert else args.voice)
+        if args.bert:
+            tuning = _prepare_bert(args.models, args.derived)
+        else:
+            tuning = _prepare_voice(args.models, args.voice, args.derived)
     except ModelError as e:
         print(f"hayakoe-pi: error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({"peak_mb": round(_peak_mb(), 1)}))
+    print(json.dumps({"peak_mb": round(_peak_mb(), 1), "tuning": tuning}))
     return 0
 
 

@@ -9,19 +9,19 @@ package at all.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .weights import clear_folder, fold_constants, model_folder, read_stamp, save_graph, weightless, write_stamp
+
 log = logging.getLogger("hayakoe_pi.split")
 
-FRONT_NAME = "synthesizer.front.onnx"
-DECODER_NAME = "synthesizer.decoder.onnx"
-STAMP_NAME = "split.json"
+FRONT_NAME = "front.onnx"
+# The decoder's forms: as cut, and rewritten as a 2-D network (kept only when it
+# gives the same samples). Which is faster depends on the CPU: prepare times them.
+DECODER_FORMS = {"1d": "decoder.onnx", "2d": "decoder-2d.onnx"}
 # Weight names of the decoder's first convolution and its speaker conditioning
 # in Style-Bert-VITS2 exports (HayaKoe keeps PyTorch's parameter names).
 CONV_PRE_SUFFIX = "dec.conv_pre.weight"
@@ -30,50 +30,22 @@ COND_SUFFIX = "dec.cond.weight"
 
 @dataclass
 class SplitModel:
+    folder: Path
     front: Path  # synthesizer inputs → z (decoder input), g (speaker), [durations]
-    decoder: Path  # z, g → audio
+    decoders: dict[str, Path]  # form → z, g → audio
     z_name: str
     g_name: str | None
 
 
-def _stamp(source: Path) -> dict:
-    st = source.stat()
-    return {"source": str(source.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "version": 2}
-
-
-def _split_dir(source: Path, cache_root: Path) -> Path:
-    """Never beside the model: model folders may be read-only or shared."""
-    digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:16]
-    return cache_root / digest
-
-
-def durable_replace(tmp: Path, target: Path) -> None:
-    """Rename `tmp` to `target` only once its bytes are on disk: after a power cut
-    there is either no `target` or a whole one."""
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    tmp.replace(target)
-    try:
-        fd = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:  # a file system without directory fsync
-        pass
-
-
 def cached_split(source: Path, cache_root: Path) -> SplitModel | None:
-    folder = _split_dir(source, cache_root)
-    try:
-        stamp = json.loads((folder / STAMP_NAME).read_text())
-    except (OSError, ValueError):
+    folder = model_folder(source, cache_root)
+    stamp = read_stamp(folder, source)
+    if not stamp or stamp.get("kind") != "split":
         return None
-    if {k: stamp.get(k) for k in ("source", "size", "mtime_ns", "version")} != _stamp(source):
+    decoders = {form: folder / DECODER_FORMS[form] for form in stamp["forms"]}
+    if not ((folder / FRONT_NAME).is_file() and all(p.is_file() for p in decoders.values())):
         return None
-    if not ((folder / FRONT_NAME).is_file() and (folder / DECODER_NAME).is_file()):
-        return None
-    return SplitModel(folder / FRONT_NAME, folder / DECODER_NAME, stamp["z"], stamp.get("g"))
+    return SplitModel(folder, folder / FRONT_NAME, decoders, stamp["z"], stamp.get("g"))
 
 
 def _decoder_inputs(model) -> tuple[str, str | None] | None:
@@ -89,10 +61,6 @@ def _decoder_inputs(model) -> tuple[str, str | None] | None:
         elif node.input[1].endswith(COND_SUFFIX):
             g = node.input[0]
     return (z, g) if z else None
-
-
-class UnreadableModel(ValueError):
-    """The file is not a readable ONNX model (truncated, corrupted)."""
 
 
 def _external_names(node) -> set[str]:
@@ -111,7 +79,6 @@ def _external_names(node) -> set[str]:
 
 def _subgraph(model, inputs: list[str], outputs: list[str]):
     """The part of `model` computing `outputs` from `inputs`, or None if it needs anything else."""
-    import onnx
     from onnx import TensorProto, helper
 
     graph = model.graph
@@ -144,10 +111,10 @@ def _subgraph(model, inputs: list[str], outputs: list[str]):
         [info(n) for n in inputs], [info(n) for n in outputs],
         [initializers[n] for n in initializers if n in used_init],
     )
-    part = helper.make_model(sub, opset_imports=model.opset_import, ir_version=model.ir_version,
+    # not onnx.checker: it looks for the external weights beside the working directory;
+    # ONNX Runtime checks the part when it loads it
+    return helper.make_model(sub, opset_imports=model.opset_import, ir_version=model.ir_version,
                              producer_name="hayakoe-pi split")
-    onnx.checker.check_model(part)
-    return part
 
 
 # Ops the decoder may hold for it to run as a 2-D network: convolutions and
@@ -246,51 +213,52 @@ def _input_channels(graph, name: str) -> int | None:
     return None
 
 
-def _same_output(one, other, z_name: str, g_name: str | None, session_options,
+def _same_output(one: Path, other: Path, z_name: str, g_name: str | None, session_options,
                  tolerance: float = 1e-5) -> bool:
     """Whether two decoders give the same samples on a random latent (checked once, at split)."""
     import numpy as np
+    import onnx
     import onnxruntime as ort
 
     rng = np.random.default_rng(0)
+    graph = onnx.load(str(one), load_external_data=False).graph
     feeds = {}
     for name, frames in ((z_name, 20), (g_name, 1)):
         if name:
-            channels = _input_channels(one.graph, name)
+            channels = _input_channels(graph, name)
             if channels is None:
                 return False
             feeds[name] = rng.standard_normal((1, channels, frames), dtype=np.float32)
-    runs = []
-    for model in (one, other):
-        session = ort.InferenceSession(model.SerializeToString(), session_options(),
-                                       providers=["CPUExecutionProvider"])
-        runs.append(session.run(None, feeds)[0])
+    runs = [ort.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
+            .run(None, feeds)[0] for path in (one, other)]
     return runs[0].shape == runs[1].shape and float(np.abs(runs[0] - runs[1]).max()) <= tolerance
 
 
 def split_synthesizer(source: Path, cache_root: Path, session_options) -> SplitModel | None:
     """The cached split of `source`, making it first if needed; None if it cannot be split.
 
-    session_options() gives the options for the sessions that check the 2-D
+    The parts are graphs whose weights are in the model folder's weight files
+    (weights.py): the model is never held in memory whole. session_options()
+    gives the options for the sessions that fold constants and check the 2-D
     decoder (they must match the process's ONNX Runtime set-up).
     """
     found = cached_split(source, cache_root)
     if found:
         return found
     try:
-        import onnx
+        import onnx  # noqa: F401
     except ImportError:
         log.warning("the onnx package is missing: decoding %s in one piece", source)
         return None
-    try:
-        model = onnx.load(str(source))
-    except Exception as e:  # protobuf's DecodeError and friends
-        raise UnreadableModel(str(e) or type(e).__name__) from None
+    folder = model_folder(source, cache_root)
+    clear_folder(folder)
+    model = weightless(source, folder)
     names = _decoder_inputs(model)
     if names is None:
         log.warning("no HiFi-GAN decoder found in %s: decoding in one piece", source)
         return None
     z, g = names
+    fold_constants(model, folder, session_options)
     outputs = [o.name for o in model.graph.output]
     dec_inputs = [z] + ([g] if g else [])
     try:
@@ -302,37 +270,35 @@ def split_synthesizer(source: Path, cache_root: Path, session_options) -> SplitM
     if front is None or decoder is None:
         log.warning("the decoder of %s needs more than z and g: decoding in one piece", source)
         return None
-    del model
-    decoder = _faster_decoder(decoder, z, g, source, session_options)
-    folder = _split_dir(source, cache_root)
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for part, name in ((front, FRONT_NAME), (decoder, DECODER_NAME)):
-        tmp = folder / f"{name}.tmp"
-        onnx.save(part, str(tmp))
-        durable_replace(tmp, folder / name)
-    # the stamp comes last: a split interrupted before it is made again
-    tmp = folder / f"{STAMP_NAME}.tmp"
-    tmp.write_text(json.dumps({**_stamp(source), "z": z, "g": g}))
-    durable_replace(tmp, folder / STAMP_NAME)
+    save_graph(front, folder / FRONT_NAME)
+    save_graph(decoder, folder / DECODER_FORMS["1d"])
+    forms = ["1d"]
+    if _save_2d_form(decoder, folder, z, g, source, session_options):
+        forms.append("2d")
+    write_stamp(folder, source, kind="split", z=z, g=g, forms=forms)  # last: see weights.py
     log.info("split %s into its decoder and the rest (%s)", source.name, folder)
-    return SplitModel(folder / FRONT_NAME, folder / DECODER_NAME, z, g)
+    return cached_split(source, cache_root)
 
 
-def _faster_decoder(decoder, z: str, g: str | None, source: Path, session_options):
-    """The 2-D form of the decoder when it gives the same samples, else the decoder as cut."""
+def _save_2d_form(decoder, folder: Path, z: str, g: str | None, source: Path, session_options) -> bool:
+    """Save the 2-D form of the decoder if it gives the same samples as the one cut."""
     import onnx
 
     rewritten = onnx.ModelProto()
     rewritten.CopyFrom(decoder)
+    path = folder / DECODER_FORMS["2d"]
     try:
         rewritten = decoder_as_2d(rewritten)
-        if rewritten is not None and _same_output(decoder, rewritten, z, g, session_options):
-            return rewritten
+        if rewritten is not None:
+            save_graph(rewritten, path)
+            if _same_output(folder / DECODER_FORMS["1d"], path, z, g, session_options):
+                return True
     except Exception as e:  # an op or attribute this rewrite does not know
-        log.warning("decoder of %s kept 1-D (%s)", source, e)
+        log.warning("decoder of %s kept 1-D only (%s)", source, e)
     else:
-        log.info("decoder of %s kept 1-D", source)
-    return decoder
+        log.info("decoder of %s kept 1-D only", source)
+    path.unlink(missing_ok=True)
+    return False
 
 
 def decoder_margin(model_config: dict) -> int:

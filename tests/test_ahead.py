@@ -161,3 +161,15 @@ print(json.dumps([os.getpriority(os.PRIO_PROCESS, me), seen["synthesis"], sorted
     main, synthesis, others = json.loads(out)
     assert main == 0 and synthesis == 5
     assert 5 in others, "ONNX Runtime's compute threads run at the player's priority"
+
+
+def test_the_first_text_after_a_start_is_planned_by_the_speed_prepare_measured(store, monkeypatch):
+    from hayakoe_pi import ahead
+    from hayakoe_pi.engine import Engine
+
+    engine = Engine(store.dir, voice="tiny-voice", store=store)
+    seconds, frames = engine.voice.tuned_speed  # prepare timed the decoder on this CPU
+    monkeypatch.setattr(ahead, "_speeds", {})  # as in a daemon just started
+    monkeypatch.setattr(ahead, "SynthesisAhead", lambda pieces, rate, speed, progress=None: speed)
+    speed = ahead.synthesize_ahead(engine, "こんにちは。")
+    assert speed.seconds_per_frame == pytest.approx(seconds / frames)

@@ -51,7 +51,7 @@ LONG_SENTENCE = "冷蔵庫のドアが開いたままになっていますので
 
 def _raw_synthesizer_output(text: str) -> np.ndarray:
     """The unsplit synthesizer.onnx run once on the whole sentence."""
-    store = ModelStore(FIXTURE_MODELS, split_decoder=False)
+    store = ModelStore(FIXTURE_MODELS, prepared=False)
     voice = store.voice(VOICE)
     a = store.frontend.analyze(text)
     bert = np.repeat(store.bert(a.input_ids), a.word2ph, axis=0).T[np.newaxis].astype(np.float32)

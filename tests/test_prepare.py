@@ -16,7 +16,7 @@ from conftest import FIXTURE_MODELS, REPO
 from harness import memory_cgroup_available, run_with_memory_limit
 from hayakoe_pi import prepare as prep
 from hayakoe_pi.engine import Engine
-from hayakoe_pi.models import ModelStore
+from hayakoe_pi.models import ModelStore, cpu_key
 
 VOICE = "tiny-voice"
 TEXT = "おはようございます。今日は晴れです。"
@@ -97,3 +97,40 @@ def test_preparation_fits_a_memory_limit_and_says_so_when_it_does_not(tmp_path):
     assert done.returncode != 0
     assert "out of memory" in done.stderr or done.returncode in (-9, 137)
     assert not prep.missing(FIXTURE_MODELS, tmp_path / "fits" / "hayakoe-pi" / "models", VOICE)
+
+
+def test_the_tuner_keeps_the_fastest_form_that_gives_the_same_samples():
+    same = {"1d": 0.0, "2d": 3e-6}
+    assert prep.choose_form({"1d": [0.30, 1.20], "2d": [0.28, 1.10]}, same) == "2d"
+    assert prep.choose_form({"1d": [0.30, 1.10], "2d": [0.28, 1.20]}, same) == "1d"  # the whole time counts
+    assert prep.choose_form({"1d": [0.30, 1.20], "2d": [0.30, 1.20]}, same) == "1d"  # a tie keeps the cut
+    assert prep.choose_form({"1d": [0.30, 1.20], "2d": [0.10, 0.40]}, {"1d": 0.0, "2d": 2e-4}) == "1d"
+    assert prep.choose_form({"1d": [0.30, 1.20], "2d": [0.10, 0.40]}, {"1d": 0.0}) == "1d"  # never compared
+
+
+def test_prepared_voice_keeps_one_copy_of_each_weight_and_its_timings(tmp_path):
+    [_, step] = prep.prepare(FIXTURE_MODELS, tmp_path, [VOICE])
+    assert step.tuning["form"] in ("1d", "2d") and step.tuning["threads"] >= 1
+    assert set(step.tuning["seconds"]) == {"1d", "2d"} and "decoder" in step.line()
+    names = [p.name for p in tmp_path.rglob("*") if p.is_file()]
+    assert not [n for n in names if n in ("weights", "folded.weights")]  # the working copies are gone
+    copies = [n for n in names if n.endswith(".onnx.weights")]
+    assert len(copies) == 3  # BERT, the front, and the decoder form chosen; not the other one
+    store = ModelStore(FIXTURE_MODELS, derived_dir=tmp_path)
+    assert store.voice(VOICE).tuning == step.tuning  # the daemon loads the form chosen
+
+
+def test_a_new_cpu_or_onnx_runtime_prepares_and_tunes_again(tmp_path, monkeypatch):
+    prep.prepare(FIXTURE_MODELS, tmp_path, [VOICE])
+    want = Engine(FIXTURE_MODELS, voice=VOICE, store=ModelStore(FIXTURE_MODELS, derived_dir=tmp_path)) \
+        .synthesize(TEXT, **QUIET)
+    key = cpu_key()
+    for path in list(tmp_path.rglob(f"*.{key}.*")):  # as a CPU with another key would have left them
+        path.rename(path.with_name(path.name.replace(key, "0another0cpu")))
+    assert prep.missing(FIXTURE_MODELS, tmp_path, "bert") and prep.missing(FIXTURE_MODELS, tmp_path, VOICE)
+    steps = prep.prepare(FIXTURE_MODELS, tmp_path, [VOICE])
+    assert not any(s.done for s in steps) and steps[1].tuning
+    assert not list(tmp_path.rglob("*0another0cpu*"))  # nothing stale is left behind
+    got = Engine(FIXTURE_MODELS, voice=VOICE, store=ModelStore(FIXTURE_MODELS, derived_dir=tmp_path)) \
+        .synthesize(TEXT, **QUIET)
+    assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4

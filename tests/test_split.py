@@ -1,5 +1,7 @@
 """The decoder cut out of synthesizer.onnx, and its 2-D form."""
 
+import json
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -72,10 +74,11 @@ def test_graphs_it_cannot_rewrite_are_left_alone():
     assert decoder_as_2d(per_channel) is None
 
 
-def test_fixture_decoder_is_cut_in_2d_form(tmp_path):
+def test_fixture_decoder_is_cut_in_both_forms(tmp_path):
     ModelStore(FIXTURE_MODELS, derived_dir=tmp_path).voice("tiny-voice")  # as the engine loads it
-    [path] = tmp_path.glob("split/*/synthesizer.decoder.onnx")
-    decoder = onnx.load(str(path))
+    [stamp] = [p for p in tmp_path.glob("*/prepared.json") if json.loads(p.read_text())["kind"] == "split"]
+    assert json.loads(stamp.read_text())["forms"] == ["1d", "2d"]  # the 2-D form gave the same samples
+    decoder = onnx.load(str(stamp.parent / "decoder-2d.onnx"), load_external_data=False)
     kernels = [helper.get_attribute_value(a) for n in decoder.graph.node if n.op_type == "Conv"
                for a in n.attribute if a.name == "kernel_shape"]
     assert kernels and all(len(k) == 2 and k[0] == 1 for k in kernels)

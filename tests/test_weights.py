@@ -1,0 +1,97 @@
+"""weights.py: a model's graph apart from its weights, and its constants folded once."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import FIXTURE_MODELS
+from hayakoe_pi.models import prepare_options
+from hayakoe_pi.weights import (ALIGN, FOLDED_NAME, MIN_EXTERNAL_BYTES, WEIGHTS_NAME, UnreadableModel,
+                                fold_constants, save_graph, weightless)
+
+BERT = FIXTURE_MODELS / "onnx" / "bert" / "q8" / "bert_q8.onnx"
+SYNTH = FIXTURE_MODELS / "onnx" / "speakers" / "tiny-voice" / "synthesizer.onnx"
+
+
+def _tensors(path):
+    model = onnx.load(str(path))  # external data loaded from beside the graph
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+@pytest.mark.parametrize("source", [BERT, SYNTH], ids=["bert", "synthesizer"])
+def test_the_graph_apart_holds_the_same_tensors_at_mappable_offsets(source, tmp_path):
+    model = weightless(source, tmp_path)
+    external = [t for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL]
+    assert external and all(not t.raw_data for t in external)
+    offsets = [int({e.key: e.value for e in t.external_data}["offset"]) for t in external]
+    lengths = [int({e.key: e.value for e in t.external_data}["length"]) for t in external]
+    assert all(o % ALIGN == 0 for o, n in zip(offsets, lengths) if n >= ALIGN)
+    assert all(n >= MIN_EXTERNAL_BYTES for n in lengths)
+    save_graph(model, tmp_path / "g.onnx")
+    assert (tmp_path / "g.onnx").stat().st_size < source.stat().st_size / 4
+    want, got = _tensors(source), _tensors(tmp_path / "g.onnx")
+    assert want.keys() == got.keys()
+    assert all(np.array_equal(want[k], got[k]) and want[k].dtype == got[k].dtype for k in want)
+
+
+def test_a_model_keeping_its_weights_apart_already_is_read_whole(tmp_path):
+    source = tmp_path / "src" / "model.onnx"
+    source.parent.mkdir()
+    onnx.save_model(onnx.load(str(BERT)), str(source), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="data.bin", size_threshold=0)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    save_graph(weightless(source, folder), folder / "g.onnx")
+    want, got = _tensors(BERT), _tensors(folder / "g.onnx")
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+
+
+def test_a_truncated_model_is_reported_as_unreadable(tmp_path):
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(SYNTH.read_bytes()[: SYNTH.stat().st_size // 2])
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pytest.raises(UnreadableModel):
+        weightless(broken, folder)
+
+
+def _with_constants():
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), "w")
+    scale = numpy_helper.from_array(np.array(0.5, np.float32), "scale")
+    shape = numpy_helper.from_array(np.array([32, 64], np.int64), "shape")
+    rows, cols = (numpy_helper.from_array(np.array([v], np.int64), n) for v, n in ((-1, "rows"), (32, "cols")))
+    nodes = [
+        helper.make_node("Concat", ["rows", "cols"], ["out_shape"], axis=0),  # folded; shape inference reads it
+        helper.make_node("Mul", ["w", "scale"], ["w_scaled"]),  # constant: folded
+        helper.make_node("Transpose", ["w_scaled"], ["w_t"]),  # constant: folded
+        helper.make_node("Reshape", ["w_t", "shape"], ["w_r"]),  # constant, int64 shape input
+        helper.make_node("MatMul", ["x", "w_scaled"], ["y0"]),
+        helper.make_node("Gemm", ["x", "w_r"], ["y1"], transB=1),
+        helper.make_node("Add", ["y0", "y1"], ["y2"]),
+        helper.make_node("Reshape", ["y2", "out_shape"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])],
+                              [w, scale, shape, rows, cols])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_constants_are_folded_once_and_give_the_same_result(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(_with_constants(), str(source))
+    folder = tmp_path / "out"
+    folder.mkdir()
+    model = weightless(source, folder)
+    fold_constants(model, folder, prepare_options)
+    ops = [n.op_type for n in model.graph.node]
+    assert ops == ["MatMul", "Gemm", "Add", "Reshape"]  # what depended on weights alone is gone
+    assert (folder / FOLDED_NAME).is_file() and not list(folder.glob("folding*"))
+    save_graph(model, folder / "g.onnx")
+    x = np.random.default_rng(4).standard_normal((5, 64)).astype(np.float32)
+    run = lambda path: ort.InferenceSession(str(path), prepare_options(),
+                                            providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.array_equal(run(source), run(folder / "g.onnx"))
+    assert (folder / WEIGHTS_NAME).is_file()
