@@ -7,9 +7,9 @@ For each limit, on a fresh cache and with the page cache dropped, it runs in a
 memory cgroup of that size (cgroup v1 `memory.limit_in_bytes`, as root; the
 kernel's OOM killer acts as on a Pi with that much free): `hayakoe-pi prepare`
 of BERT and the voice, then `hayakoe-pi synth` of a short text and of the 38 s
-text. It prints, per run, whether it succeeded, how long it took and the
-group's peak (page cache included, which the kernel reclaims before it kills),
-and the per-step peaks prepare reports. `--baseline REPO` runs another
+text. It prints, per run, whether it succeeded and how long it took, and the
+per-step peaks prepare reports (the group's own peak says little: the page
+cache fills it to the limit, and the kernel reclaims that before it kills). `--baseline REPO` runs another
 checkout the same way (`git worktree add /tmp/base HEAD~1`).
 """
 
@@ -37,11 +37,11 @@ def _run(repo: Path, limit: int, cache: Path, args: list[str]) -> dict:
     Path("/proc/sys/vm/drop_caches").write_text("3")
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(repo)}
     began = time.monotonic()
-    done, peak = run_with_memory_limit([sys.executable, "-m", "hayakoe_pi.cli", *args], limit,
+    done, _ = run_with_memory_limit([sys.executable, "-m", "hayakoe_pi.cli", *args], limit,
                                        cwd=repo, env=env, capture_output=True, text=True)
     steps = re.findall(r"^(BERT|voice \S+): prepared in [\d.]+ s, peak memory (\d+) MB", done.stdout, re.M)
     return {"ok": done.returncode == 0, "exit": done.returncode, "seconds": time.monotonic() - began,
-            "peak": peak, "steps": ", ".join(f"{w} {mb}" for w, mb in steps),
+            "steps": ", ".join(f"{w} {mb}" for w, mb in steps),
             "error": (done.stderr.strip().splitlines() or [""])[-1]}
 
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                 for text in (texts["short"], texts["very long"]):
                     runs.append(_run(repo, limit, cache, ["synth", "--models", str(a.models), "--voice", a.voice,
                                                           "-o", str(cache / "out.wav"), text]))
-            cells = [f"ok, {r['seconds']:.1f} s, group peak {r['peak']:.0f} MB" if r["ok"]
+            cells = [f"ok, {r['seconds']:.1f} s" if r["ok"]
                      else f"**failed** (exit {r['exit']}{', OOM-killed' if r['exit'] in (-9, 137) or 'out of memory' in r['error'] else ''})"
                      for r in runs]
             print(f"| {limit} | {label} | {cells[0]} | {runs[0]['steps'] or '–'} | {cells[1]} | {cells[2]} |",

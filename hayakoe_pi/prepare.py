@@ -29,12 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .models import (BERT_PATH, SPEAKERS_DIR, ModelError, cpu_threads, prepare_options, installed_voices,
-                     load_voice, open_session, optimize, optimized_path, read_config, read_tuning, tuning_path,
-                     unreadable)
+from .models import (BERT_PATH, SPEAKERS_DIR, ModelError, cpu_threads, installed_voices, load_voice,
+                     open_session, optimize, optimized_path, prepare_options, read_config, read_tuning,
+                     tuning_path, unreadable)
 from .split import SplitModel, _input_channels, cached_split, decoder_margin, split_synthesizer
-from .weights import (UnreadableModel, clear_folder, drop_weights, durable_replace, has_weights, make_whole, model_folder,
-                      prepared_whole)
+from .weights import (UnreadableModel, clear_folder, drop_weights, durable_replace, has_weights, make_whole,
+                      model_folder, prepared_whole)
 
 # Decoder windows timed by the tuner (latent frames, margins added): the short
 # first window and the engine's full one.
@@ -155,12 +155,11 @@ def _made(make, what: str, source: Path, derived: Path):
 def _prepare_voice(models_dir: Path, voice: str, derived: Path) -> dict | None:
     source = _synthesizer(models_dir, voice)
     tuning = None
-    if source.is_file():
-        done = not missing(models_dir, derived, voice)
+    if source.is_file() and missing(models_dir, derived, voice):
         parts = cached_split(source, derived)
         whole = None if parts else prepared_whole(source, derived)
         folder = model_folder(source, derived)
-        if not (done or has_weights(folder)):  # made for another CPU: its weights are gone
+        if not has_weights(folder):  # new, or made for another CPU: its weights are gone
             clear_folder(folder)
             parts = whole = None
         if not (parts or whole):
