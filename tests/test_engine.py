@@ -180,6 +180,16 @@ def test_bert_sees_each_character_once_first_sentence_alone(monkeypatch):
     # the first sentence alone (its sound need not wait), the rest in one sequence
     assert calls == [chars[0] + 2, chars[1] + chars[2] + 2]
 
+    # after a short first sentence the next does not wait for BERT over all the rest:
+    # each window holds up to twice the characters of the one before
+    calls.clear()
+    sentences = ["はい。", "冷蔵庫のドアが開いています。", "閉めてください。", "電気も消してね。",
+                 "明日の朝は七時に起こしますので早めに寝てください。"]
+    list(eng.stream("".join(sentences), **QUIET))
+    chars = [len(eng.analyze(t).input_ids) - 2 for t in sentences]
+    assert chars[1] > 2 * chars[0] and chars[2] + chars[3] <= 2 * chars[1] < sum(chars[2:])
+    assert calls == [chars[0] + 2, chars[1] + 2, chars[2] + chars[3] + 2, chars[4] + 2]
+
 
 def test_first_of_several_sentences_starts_with_a_short_window(engine):
     first = "洗濯機の運転が終わりました。"
