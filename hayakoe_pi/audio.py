@@ -15,7 +15,8 @@ def to_pcm16(audio: np.ndarray) -> np.ndarray:
 
 
 def write_wav(path: str | Path, audio: np.ndarray, sample_rate: int) -> None:
-    with wave.open(str(path), "wb") as w:
+    # the file opened first: a path that cannot be written is a plain OSError
+    with open(path, "wb") as f, wave.open(f, "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(sample_rate)

@@ -37,6 +37,9 @@ def _synth(args: argparse.Namespace) -> int:
     from .audio import write_wav
     from .engine import Engine
 
+    folder = Path(args.output).expanduser().absolute().parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise OSError(f"cannot write {args.output}: {folder} is not a folder this user may write to")
     engine = Engine(args.models, voice=args.voice, speaker=args.speaker)
     audio = engine.synthesize(" ".join(args.text), style=args.style, speed=args.speed,
                               style_weight=args.style_weight)
@@ -127,18 +130,24 @@ def _prepare(args: argparse.Namespace) -> int:
 
 def _say(args: argparse.Namespace) -> int:
     from .ahead import synthesize_ahead
-    from .audio import Player
+    from .audio import Player, check_device
     from .engine import Engine
 
     config = _load_config(args)
     models = args.models or config["models"]["dir"]
+    if not Path(models).expanduser().is_dir():
+        source = "given with --models" if args.models else f"models.dir in {args.config}" if args.config \
+            else "the default: no --config given"
+        raise ModelError(f"models directory not found: {models} ({source}); give --models DIR "
+                         f"(a HayaKoe-layout folder) or --config FILE (the service's: {DEFAULT_CONFIG})")
+    device = args.device or config["audio"]["device"]
+    check_device(device)  # before synthesis: the same message as `hayakoe-pi check`
     engine = Engine(models, voice=args.voice or config["voice"]["name"])
     style = args.style or config["voice"]["style"]
     speed = args.speed or config["voice"]["speed"]
     ahead = synthesize_ahead(engine, " ".join(args.text), style=style, speed=speed,
                              style_weight=config["voice"]["style_weight"])
-    Player(args.device or config["audio"]["device"]).play(ahead, engine.sample_rate,
-                                                           config["audio"]["volume"])
+    Player(device).play(ahead, engine.sample_rate, config["audio"]["volume"])
     return 0
 
 

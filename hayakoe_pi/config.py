@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from .engine import SPEED_RANGE
 from .models import SPEAKERS_DIR, installed_voices
 
 
@@ -43,7 +44,7 @@ SCHEMA: dict[str, Any] = {
         "name": ("jvnv-F1-jp", str),
         "style": ("Neutral", str),
         "style_weight": (1.0, _NUMBER, (0.0, 20.0)),
-        "speed": (1.0, _NUMBER, (0.25, 4.0)),
+        "speed": (1.0, _NUMBER, SPEED_RANGE),
     },
     "audio": {
         "device": ("default", (str, int)),

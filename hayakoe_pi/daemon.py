@@ -31,7 +31,7 @@ from .ahead import SynthesisAhead, synthesize_ahead
 from .audio import AudioError, Player, check_device, rescan_devices
 from .cache import PhraseCache, cache_key, voice_fingerprint
 from .config import voice_styles
-from .engine import Engine, TextError
+from .engine import SPEED_RANGE, Engine, TextError
 from .models import ModelError, ModelStore
 from .mqtt import SETTINGS, BrokerLink, Topics, discovery_messages
 
@@ -209,7 +209,9 @@ class Daemon:
             self._error(str(e), e.request_id, e.text)
             return None
         if job.id in self.recent_ids:
+            # answered, so an automation waiting for this id hears why nothing more comes
             log.info("ignoring message id %s: already received", job.id)
+            self._event("duplicate", job)
             return None
         self.recent_ids[job.id] = None
         while len(self.recent_ids) > REMEMBERED_IDS:
@@ -288,7 +290,7 @@ class Daemon:
                                      f"styles: {', '.join(styles)}")
                 job.style = data["style"]
             if data.get("speed") is not None:
-                job.speed = _number(data["speed"], "speed", 0.25, 4.0)
+                job.speed = _number(data["speed"], "speed", *SPEED_RANGE)
             if data.get("volume") is not None:
                 job.volume = _number(data["volume"], "volume", 0, 100) / 100
             if data.get("interrupt") is not None:

@@ -84,6 +84,11 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in sentences if s.strip()] or ([text] if text.strip() else [])
 
 
+# The speeds every way in accepts (config, MQTT, the CLI, the API): beyond them
+# the voice is no longer understandable.
+SPEED_RANGE = (0.25, 4.0)
+
+
 @dataclass
 class SynthesisSettings:
     style: str = "Neutral"
@@ -95,7 +100,7 @@ class SynthesisSettings:
 
     def check(self) -> None:
         for name, low, high in (
-            ("style_weight", 0.0, 20.0), ("speed", 0.1, 10.0), ("sdp_ratio", 0.0, 1.0),
+            ("style_weight", 0.0, 20.0), ("speed", *SPEED_RANGE), ("sdp_ratio", 0.0, 1.0),
             ("noise", 0.0, 2.0), ("noise_w", 0.0, 2.0),
         ):
             value = getattr(self, name)

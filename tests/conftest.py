@@ -6,8 +6,18 @@ import tempfile
 
 import pytest
 
-# Split and optimized model copies go to a scratch cache, not the user's ~/.cache.
-os.environ.setdefault("XDG_CACHE_HOME", tempfile.mkdtemp(prefix="hayakoe-pi-test-cache-"))
+# Split and optimized model copies go to a scratch cache, not the user's ~/.cache,
+# removed when the run ends.
+if "XDG_CACHE_HOME" not in os.environ:
+    os.environ["XDG_CACHE_HOME"] = SCRATCH_CACHE = tempfile.mkdtemp(prefix="hayakoe-pi-test-cache-")
+else:
+    SCRATCH_CACHE = None
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if SCRATCH_CACHE:
+        shutil.rmtree(SCRATCH_CACHE, ignore_errors=True)
+
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_MODELS = REPO / "tests" / "fixtures" / "models" / "tiny"

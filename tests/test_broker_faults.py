@@ -213,10 +213,12 @@ def test_broker_restart_while_a_client_publishes(app):
 
 
 def test_repeated_id_is_ignored(app):
-    """The de-duplication the above relies on: the same id twice is spoken once."""
+    """The de-duplication the above relies on: the same id twice is spoken once, and the
+    repeat is answered with a `duplicate` event."""
     s = Scenario(app)
     for _ in range(2):
         app.probe.publish("say", {"text": short_text(40), "id": "d-1"})
+    app.probe.next_event(event="duplicate", id="d-1")
     app.probe.publish("say", {"text": short_text(41), "id": "d-2"})
     app.probe.next_event(event="finished", id="d-2")
     s.check(["d-1", "d-2"])

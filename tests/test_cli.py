@@ -9,8 +9,8 @@ import numpy as np
 from conftest import FIXTURE_MODELS, REPO
 
 
-def run_cli(*args, stdin=None):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+def run_cli(*args, stdin=None, **env_vars):
+    env = dict(os.environ, PYTHONPATH=str(REPO), **env_vars)
     return subprocess.run([sys.executable, "-m", "hayakoe_pi.cli", *args], input=stdin,
                           capture_output=True, text=True, env=env, timeout=120)
 
@@ -72,3 +72,41 @@ def test_say_speaks_on_the_sound_card_and_devices_lists_it(tmp_path):
         sink.stop()
     pcm = np.fromfile(sink.raw, dtype="<f4")
     assert pcm.size > 0.3 * 44100 and np.abs(pcm).max() > 0.001
+
+
+def test_synth_into_a_missing_folder_fails_before_synthesis_without_a_traceback(tmp_path):
+    r = run_cli("synth", "--models", str(FIXTURE_MODELS), "--voice", "tiny-voice", "-o",
+                str(tmp_path / "missing" / "x.wav"), "はい")
+    assert r.returncode == 2
+    assert "cannot write" in r.stderr and str(tmp_path / "missing") in r.stderr
+    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr
+
+
+def test_speed_out_of_range_is_refused_as_in_the_config(tmp_path):
+    r = run_cli("synth", "--models", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--speed", "5",
+                "-o", str(tmp_path / "x.wav"), "はい")
+    assert r.returncode == 2 and "speed must be a number from 0.25 to 4.0" in r.stderr
+
+
+def test_say_without_models_says_how_to_give_them(tmp_path):
+    r = run_cli("say", "はい")
+    assert r.returncode == 2
+    assert "models directory not found" in r.stderr and "--models DIR" in r.stderr and "--config" in r.stderr
+
+
+def test_say_to_a_missing_sound_card_says_what_exists(tmp_path):
+    r = run_cli("say", "--models", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--device", "no such card", "はい")
+    assert r.returncode == 2
+    assert "audio device 'no such card' not available" in r.stderr and "output devices:" in r.stderr
+    assert "Traceback" not in r.stderr and "terminate called" not in r.stderr
+
+
+def test_first_synth_prints_nothing_but_its_result(tmp_path):
+    """Preparing and loading the models, on a fresh cache, says nothing on stderr (the
+    journal): no onnxruntime warning, no progress noise; only what was written."""
+    out = tmp_path / "x.wav"
+    r = run_cli("synth", "--models", str(FIXTURE_MODELS), "--voice", "tiny-voice", "-o", str(out),
+                "はい。", XDG_CACHE_HOME=str(tmp_path / "cache"))
+    assert r.returncode == 0, r.stderr
+    assert any((tmp_path / "cache").rglob("*.onnx")), "nothing was prepared: the test proves nothing"
+    assert r.stderr.splitlines() == [l for l in r.stderr.splitlines() if l.startswith(f"wrote {out}")] != []
