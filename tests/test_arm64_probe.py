@@ -1,0 +1,48 @@
+"""tools/arm64_probe.py compare: what tools/arm64-check fails on (the check itself runs in .ci/run)."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+spec = importlib.util.spec_from_file_location(
+    "arm64_probe", Path(__file__).resolve().parent.parent / "tools" / "arm64_probe.py")
+probe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(probe)
+
+
+def _result(folder: Path, frontend: str, audio: dict, machine: str) -> Path:
+    folder.mkdir()
+    (folder / "frontend.jsonl").write_text(frontend, encoding="utf-8")
+    np.savez(folder / "audio.npz", **audio)
+    (folder / "run.json").write_text(json.dumps({
+        "machine": machine, "python": "3.11", "onnxruntime": "1", "numpy": "2",
+        "prepared": ["bert"], "decoder_form": {"v": "1d"}}))
+    return folder
+
+
+@pytest.fixture
+def x86(tmp_path):
+    return _result(tmp_path / "x86", '{"text": "鍵"}\n{"text": "窓"}\n',
+                   {"v/0": np.linspace(-1, 1, 100, dtype=np.float32)}, "x86_64")
+
+
+def test_equal_results_pass(tmp_path, x86, capsys):
+    audio = {"v/0": np.linspace(-1, 1, 100, dtype=np.float32) + np.float32(5e-5)}
+    arm64 = _result(tmp_path / "arm64", '{"text": "鍵"}\n{"text": "窓"}\n', audio, "aarch64")
+    assert probe.compare(x86, arm64) == 0
+    assert "byte-identical" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("frontend, audio, complaint", [
+    ('{"text": "鍵"}\n{"text": "まど"}\n', np.linspace(-1, 1, 100, dtype=np.float32), "frontend line 2 differs"),
+    ('{"text": "鍵"}\n{"text": "窓"}\n', np.linspace(-1, 1, 100, dtype=np.float32) + np.float32(2e-4),
+     "audio v/0: differs by 2.0"),
+    ('{"text": "鍵"}\n{"text": "窓"}\n', np.zeros(99, np.float32), "100 samples on x86, 99 on arm64"),
+])
+def test_any_difference_fails(tmp_path, x86, capsys, frontend, audio, complaint):
+    arm64 = _result(tmp_path / "arm64", frontend, {"v/0": audio}, "aarch64")
+    assert probe.compare(x86, arm64) == 1
+    assert complaint in capsys.readouterr().err

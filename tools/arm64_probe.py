@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""What tools/arm64-check compares between this machine and arm64 under qemu.
+
+    python tools/arm64_probe.py run --models DIR --out DIR [--child-python PROG]
+    python tools/arm64_probe.py compare X86_DIR ARM64_DIR
+
+`run` prepares the models into a fresh folder (split, decoder form, optimized
+copies: the children of hayakoe_pi.prepare), then writes `frontend.jsonl`
+(what `hayakoe-pi frontend` prints for SENTENCES), `audio.npz`
+(`Engine.synthesize` with the noise off: every sentence with the
+first voice, the last two with the others) and
+`run.json` (machine, versions, decoder form chosen). `--child-python` is the
+program the children are started with: under qemu user mode without
+binfmt_misc the guest cannot exec an arm64 binary itself, only a host script
+that starts qemu again.
+
+`compare` exits 1 unless the front end is byte-identical and every audio
+array has the same length and differs by at most 1e-4.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+MAX_DIFFERENCE = 1e-4
+
+# Plain Japanese, the readings table (numbers, units, times, dates, Latin
+# letters), and texts long enough for several BERT and decoder windows.
+SENTENCES = [
+    "玄関の鍵を閉めました。",
+    "おはようございます！今日は晴れのち曇り、最高気温は28.5℃の予想です。",
+    "午前7時30分にアラームを鳴らします。",
+    "電気代は今月1,280円でした、先月より12%少ないです。",
+    "リビングのエアコンをつけました？　いいえ、まだです…",
+    "SwitchBotのバッテリー残量は15%です。",
+    "12月3日(木)は燃えるゴミの日です。",
+    "おかえりなさい。リビングのエアコンを冷房二十六度でつけておきました。玄関の鍵は閉まっています。"
+    "お風呂はあと十分ほどで沸きます。明日の朝は七時に起こします。",
+]
+
+
+def run(models: Path, out: Path, child_python: str | None) -> None:
+    if child_python:
+        sys.executable = child_python  # what hayakoe_pi.prepare starts its children with
+    out.mkdir(parents=True, exist_ok=True)
+    frontend = subprocess.run(
+        [sys.executable, "-m", "hayakoe_pi.cli", "frontend", "--models", str(models)],
+        input="\n".join(SENTENCES) + "\n", capture_output=True, text=True, check=True)
+    (out / "frontend.jsonl").write_text(frontend.stdout, encoding="utf-8")
+
+    from hayakoe_pi.engine import Engine
+    from hayakoe_pi.models import ModelStore, installed_voices, read_tuning
+    from hayakoe_pi.prepare import prepare
+    from hayakoe_pi.weights import model_folder
+
+    import onnxruntime
+
+    derived = out / "derived"
+    steps = prepare(models, derived, report=lambda step: print(f"  {step.line()}", flush=True))
+    store = ModelStore(models, derived_dir=derived)
+    audio, forms = {}, {}
+    for n, voice in enumerate(installed_voices(models)):
+        engine = Engine(models, voice=voice, store=store)
+        # every sentence with the first voice; emulation is slow, so the others speak two
+        for i, text in enumerate(SENTENCES if n == 0 else SENTENCES[-2:]):
+            audio[f"{voice}/{i}"] = engine.synthesize(text, noise=0.0, noise_w=0.0)
+        synthesizer = models / "onnx" / "speakers" / voice / "synthesizer.onnx"
+        tuning = read_tuning(model_folder(synthesizer, derived))
+        forms[voice] = tuning["form"] if tuning else "whole"
+    np.savez(out / "audio.npz", **audio)
+    (out / "run.json").write_text(json.dumps({
+        "machine": platform.machine(), "python": platform.python_version(),
+        "onnxruntime": onnxruntime.__version__, "numpy": np.__version__,
+        "prepared": [s.what for s in steps if not s.done], "decoder_form": forms}, indent=1))
+
+
+def compare(x86: Path, arm64: Path) -> int:
+    failures = []
+    a = (x86 / "frontend.jsonl").read_bytes()
+    b = (arm64 / "frontend.jsonl").read_bytes()
+    if a != b:
+        for n, (la, lb) in enumerate(zip(a.splitlines(), b.splitlines()), 1):
+            if la != lb:
+                failures.append(f"frontend line {n} differs:\n  x86:   {la.decode()}\n  arm64: {lb.decode()}")
+                break
+        else:
+            failures.append("frontend output differs in length")
+    audio_a, audio_b = np.load(x86 / "audio.npz"), np.load(arm64 / "audio.npz")
+    if sorted(audio_a.files) != sorted(audio_b.files):
+        failures.append(f"audio arrays differ: {sorted(audio_a.files)} vs {sorted(audio_b.files)}")
+    worst = 0.0
+    for key in sorted(set(audio_a.files) & set(audio_b.files)):
+        x, y = audio_a[key], audio_b[key]
+        if x.shape != y.shape:
+            failures.append(f"audio {key}: {x.size} samples on x86, {y.size} on arm64")
+            continue
+        difference = float(np.abs(x.astype(np.float64) - y).max()) if x.size else 0.0
+        worst = max(worst, difference)
+        if difference > MAX_DIFFERENCE:
+            failures.append(f"audio {key}: differs by {difference:.2e} (limit {MAX_DIFFERENCE:.0e})")
+    runs = [json.loads((d / "run.json").read_text()) for d in (x86, arm64)]
+    for d, r in zip(("x86", "arm64"), runs):
+        print(f"  {d}: {r['machine']}, Python {r['python']}, onnxruntime {r['onnxruntime']}, "
+              f"numpy {r['numpy']}, prepared {', '.join(r['prepared']) or 'nothing'}, "
+              f"decoder {r['decoder_form']}")
+    lines = a.count(b"\n")
+    print(f"  frontend: {lines} lines, {'byte-identical' if a == b else 'DIFFERENT'}")
+    print(f"  audio: {len(audio_a.files)} arrays, largest difference {worst:.2e} (limit {MAX_DIFFERENCE:.0e})")
+    for failure in failures:
+        print(f"arm64-check: {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="arm64_probe.py")
+    sub = ap.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--models", type=Path, default=REPO / "tests/fixtures/models/tiny")
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--child-python")
+    c = sub.add_parser("compare")
+    c.add_argument("x86", type=Path)
+    c.add_argument("arm64", type=Path)
+    args = ap.parse_args()
+    if args.command == "run":
+        run(args.models, args.out, args.child_python)
+        return 0
+    return compare(args.x86, args.arm64)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
