@@ -24,6 +24,7 @@
 #                          systemctl is then skipped too.
 #   HAYAKOE_SKIP_SYSTEM=1  skip apt-get, the service user (files are owned by
 #                          the caller instead), mosquitto and systemctl.
+#   HAYAKOE_MACHINE=ARCH   what `uname -m` would say (the 32-bit check).
 #   HAYAKOE_HF_BASE=URL    download models from URL/<path> instead of
 #                          https://huggingface.co/lemondouble/hayakoe/resolve/main
 set -euo pipefail
@@ -101,6 +102,38 @@ if [ -n "$MODELS_FROM" ]; then
 fi
 if [ "$SKIP_SYSTEM" != 1 ] && [ "$(id -u)" != 0 ]; then
     die "run me as root: sudo $0 $*"
+fi
+
+# --- what cannot work, said before anything is changed --------------------------------
+if [ "$UNINSTALL" = 0 ]; then
+    MACHINE="${HAYAKOE_MACHINE:-$(uname -m)}"
+    case "$MACHINE" in
+        aarch64 | arm64 | x86_64) ;;
+        armv6l | armv7l | armv8l | armhf)
+            die "this is a 32-bit ARM system ($MACHINE), for which onnxruntime has no wheel:" \
+                "install Raspberry Pi OS (64-bit) (a Pi 3, Zero 2 W, 4 or 5 runs it) and run me again" ;;
+        *) die "onnxruntime has no wheel for $MACHINE: this installer is for aarch64 and x86_64" ;;
+    esac
+fi
+if [ -n "$MODELS_FROM" ] && [ "$UNINSTALL" = 0 ]; then
+    [ -f "$MODELS_FROM/onnx/bert/q8/bert_q8.onnx" ] ||
+        die "--models-from $MODELS_FROM has no onnx/bert/q8/bert_q8.onnx (a HayaKoe-layout models folder has" \
+            "onnx/bert/q8/, bert/tokenizer/ and onnx/speakers/<voice>/)"
+    FROM_VOICES=()
+    for f in "$MODELS_FROM"/onnx/speakers/*/synthesizer.onnx; do
+        if [ -f "$f" ]; then FROM_VOICES+=("$(basename "$(dirname "$f")")"); fi
+    done
+    [ ${#FROM_VOICES[@]} -gt 0 ] && mapfile -t FROM_VOICES < <(printf '%s\n' "${FROM_VOICES[@]}" | LC_ALL=C sort)
+    [ ${#FROM_VOICES[@]} -gt 0 ] || die "--models-from $MODELS_FROM has no voice (onnx/speakers/<voice>/synthesizer.onnx)"
+    if [ -z "$VOICE_ARG" ]; then
+        [ ${#FROM_VOICES[@]} -eq 1 ] ||
+            die "$MODELS_FROM has the voices ${FROM_VOICES[*]}: choose one with --voice NAME"
+        VOICE_ARG="${FROM_VOICES[0]}"
+        say "voice: $VOICE_ARG (the only one in $MODELS_FROM)"
+    elif [ ! -f "$MODELS_FROM/onnx/speakers/$VOICE_ARG/synthesizer.onnx" ]; then
+        die "--models-from $MODELS_FROM has no onnx/speakers/$VOICE_ARG/synthesizer.onnx;" \
+            "its voices: ${FROM_VOICES[*]}"
+    fi
 fi
 
 # systemctl only on a host booted with systemd, and only for the real root.
@@ -281,9 +314,13 @@ else
         say "kept $CONFIG (the default settings)"
     else
         say "kept $CONFIG (edited by you)"
-        if ! cmp -s "$SRC/config.yaml" "$CONFIG.new" 2>/dev/null; then
-            install -m 0640 "$SRC/config.yaml" "$CONFIG.new"
-            own_config "$CONFIG.new"
+        # this version's defaults, naming the voice being installed
+        default_config_with_voice "$SRC/config.yaml" "${VOICE_ARG:-${current[3]:-$DEFAULT_VOICE}}" >"$CONFIG.new.tmp"
+        if cmp -s "$CONFIG.new.tmp" "$CONFIG.new" 2>/dev/null; then
+            rm -f "$CONFIG.new.tmp"
+        else
+            own_config "$CONFIG.new.tmp"
+            mv -f "$CONFIG.new.tmp" "$CONFIG.new"
         fi
         say "note: the default config of this version is in $CONFIG.new;"
         say "      compare with: diff -u $CONFIG $CONFIG.new"
@@ -327,7 +364,10 @@ if [ "$SKIP_SYSTEM" != 1 ]; then
             elif [ ! -f "$MOSQUITTO_CONF" ] && dpkg-query -W -f='${Status}' mosquitto 2>/dev/null |
                 grep -q "install ok installed"; then
                 step "MQTT broker: mosquitto is installed but nothing answers on $MQTT_HOST:$MQTT_PORT"
-                warn "not touching your mosquitto setup: start it (systemctl start mosquitto) or check its config"
+                if have_systemd; then start="sudo systemctl enable --now mosquitto"
+                else start="sudo mosquitto -d -c /etc/mosquitto/mosquitto.conf"; fi
+                warn "not touching your mosquitto setup; start it with: $start" \
+                    "(if it still does not answer on port $MQTT_PORT, see its log: /var/log/mosquitto/mosquitto.log)"
             else
                 step "MQTT broker: installing mosquitto for this machine only ($MQTT_HOST:$MQTT_PORT)"
                 apt_install mosquitto mosquitto-clients
@@ -348,7 +388,7 @@ EOF
                     systemctl enable mosquitto.service
                     systemctl restart mosquitto.service
                 else
-                    say "systemd is not running: start mosquitto yourself"
+                    warn "systemd is not running: start the broker with: sudo mosquitto -d -c /etc/mosquitto/mosquitto.conf"
                 fi
             fi
             ;;
@@ -521,6 +561,7 @@ fi
 
 # --- systemd --------------------------------------------------------------------------
 step "systemd service $SVC"
+RUNNING=0
 mkdir -p "$(dirname "$UNIT")"
 install -m 0644 "$SRC/systemd/hayakoe-pi.service" "$UNIT"
 say "installed $UNIT"
@@ -530,6 +571,7 @@ if have_systemd; then
     if [ "$NO_START" = 1 ]; then
         say "enabled; not started (--no-start): sudo systemctl start $SVC"
     elif systemctl restart "$SVC.service"; then
+        RUNNING=1
         say "started: $(systemctl show -P StatusText "$SVC.service")"
     else
         warn "the service did not start; see: journalctl -u $SVC -n 50"
@@ -539,9 +581,15 @@ if have_systemd; then
 elif [ "$SKIP_SYSTEM" = 1 ] || [ -n "$ROOT" ]; then
     say "systemctl skipped (test install)"
 else
-    say "systemd is not running here: skipped systemctl; start it on a systemd host with:"
-    say "  sudo systemctl daemon-reload && sudo systemctl enable --now $SVC"
+    warn "systemd is not running here, so the service is installed but not started;" \
+        "on a host booted with systemd: sudo systemctl daemon-reload && sudo systemctl enable --now $SVC;" \
+        "or in the foreground: sudo -u $SVC $VENV/bin/hayakoe-pi run --config /etc/hayakoe-pi/config.yaml"
 fi
 
 say ""
-say "Done. Make it speak: mosquitto_pub -h $MQTT_HOST -p $MQTT_PORT -t $TOPIC_PREFIX/say -m 'こんにちは'   Logs: journalctl -u $SVC -f"
+if [ "$RUNNING" = 1 ]; then
+    say "Done. Make it speak: mosquitto_pub -h $MQTT_HOST -p $MQTT_PORT -t $TOPIC_PREFIX/say -m 'こんにちは'   Logs: journalctl -u $SVC -f"
+else
+    say "Installed, not running. Check the setup with: sudo $VENV/bin/hayakoe-pi check --config /etc/hayakoe-pi/config.yaml;" \
+        "once it runs: mosquitto_pub -h $MQTT_HOST -p $MQTT_PORT -t $TOPIC_PREFIX/say -m 'こんにちは'"
+fi

@@ -172,7 +172,9 @@ def test_install_lays_everything_out(installed):
 
     assert (root / "etc/systemd/system/hayakoe-pi.service").read_bytes() == UNIT.read_bytes()
     last = p.stdout.strip().splitlines()[-1]
-    assert "mosquitto_pub -h localhost -p 1883 -t hayakoe/say" in last and "journalctl -u hayakoe-pi -f" in last
+    # --no-start: nothing runs, so no "Done": how to check it, and what to send once it runs
+    assert last.startswith("Installed, not running.") and "hayakoe-pi check --config" in last
+    assert "mosquitto_pub -h localhost -p 1883 -t hayakoe/say" in last and "Done." not in p.stdout
     assert "systemctl skipped" in p.stdout
 
 
@@ -198,7 +200,14 @@ def test_installed_command_works(installed, tmp_path):
     assert re.search(r"^ok +models: .*voice tiny-voice", p.stdout, re.M), p.stdout + p.stderr
 
 
-def test_rerun_is_idempotent_and_keeps_user_edits(installed):
+@pytest.fixture(scope="module")
+def one_voice_models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("one-voice") / "models"
+    shutil.copytree(FIXTURE_MODELS, folder, ignore=shutil.ignore_patterns("tiny-voice-nodur"))
+    return folder
+
+
+def test_rerun_is_idempotent_and_keeps_user_edits(installed, one_voice_models):
     root, _ = installed
     config = root / "etc/hayakoe-pi/config.yaml"
     new = root / "etc/hayakoe-pi/config.yaml.new"
@@ -213,10 +222,14 @@ def test_rerun_is_idempotent_and_keeps_user_edits(installed):
     edited = before.replace(b"level: INFO", b"level: DEBUG")
     assert edited != before
     config.write_bytes(edited)
-    p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--no-start")
+    p = run_install(root, "--models-from", str(one_voice_models), "--no-start")
+    assert "voice: tiny-voice (the only one in" in p.stdout
     assert config.read_bytes() == edited
     assert mode(config) == 0o640
-    assert new.read_bytes() == (REPO / "config.yaml").read_bytes() and mode(new) == 0o640
+    # this version's defaults, naming the installed voice
+    default = (REPO / "config.yaml").read_text()
+    assert "name: jvnv-F1-jp" in default
+    assert new.read_text() == default.replace("name: jvnv-F1-jp", "name: tiny-voice", 1) and mode(new) == 0o640
     assert "config.yaml.new" in p.stdout
 
     # Another voice: installed, but an edited config is not changed, only pointed out.
@@ -227,12 +240,37 @@ def test_rerun_is_idempotent_and_keeps_user_edits(installed):
         assert filecmp.cmp(models / rel, FIXTURE_MODELS / rel, shallow=False), rel
 
 
-def test_models_from_a_folder_without_the_voice_fails_clearly(installed, tmp_path):
-    root, _ = installed
-    p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "no-such-voice", "--no-start",
-                    check=False)
+@pytest.mark.parametrize("args, complaint", [
+    (["--voice", "no-such-voice"], "has no onnx/speakers/no-such-voice/synthesizer.onnx; "
+                                   "its voices: tiny-voice tiny-voice-nodur"),
+    ([], "has the voices tiny-voice tiny-voice-nodur: choose one with --voice NAME"),
+])
+def test_models_from_without_the_voice_fails_before_changing_anything(tmp_path, args, complaint):
+    root = tmp_path / "root"
+    root.mkdir()
+    p = run_install(root, "--models-from", str(FIXTURE_MODELS), *args, "--no-start", check=False)
     assert p.returncode != 0
-    assert "onnx/speakers/no-such-voice/synthesizer.onnx" in p.stderr
+    assert complaint in p.stderr
+    assert list(root.iterdir()) == [], "something was installed before the check"
+
+
+def test_models_from_a_folder_that_is_no_models_folder(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    p = run_install(root, "--models-from", str(tmp_path), "--no-start", check=False)
+    assert p.returncode != 0 and "has no onnx/bert/q8/bert_q8.onnx" in p.stderr
+    assert list(root.iterdir()) == []
+
+
+@pytest.mark.parametrize("machine", ["armv7l", "armv6l"])
+def test_32_bit_arm_is_refused_in_one_line_before_changing_anything(tmp_path, machine):
+    root = tmp_path / "root"
+    root.mkdir()
+    p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "tiny-voice", check=False,
+                    env={"HAYAKOE_MACHINE": machine})
+    assert p.returncode != 0
+    assert p.stderr.strip().count("\n") == 0 and "32-bit" in p.stderr and "64-bit" in p.stderr
+    assert p.stdout == "" and list(root.iterdir()) == []
 
 
 # --- download from a stand-in for Hugging Face -------------------------------------------
