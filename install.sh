@@ -164,7 +164,8 @@ uninstall() {
     if [ -L "$BIN_LINK" ]; then rm -f "$BIN_LINK"; fi
     say "removed $UNIT, $OPT_DIR and $BIN_LINK"
     if [ "$PURGE" = 1 ]; then
-        rm -rf "$ETC_DIR" "$STATE_DIR" "$CACHE_DIR" "$ROOT/etc/systemd/system/$SVC.service.d"
+        # /root/.cache/hayakoe-pi: what `sudo hayakoe-pi ...` of older versions made
+        rm -rf "$ETC_DIR" "$STATE_DIR" "$CACHE_DIR" "$ROOT/etc/systemd/system/$SVC.service.d" "$ROOT/root/.cache/hayakoe-pi"
         say "removed $ETC_DIR, $STATE_DIR (models, state) and $CACHE_DIR"
         if [ -f "$MOSQUITTO_CONF" ]; then
             rm -f "$MOSQUITTO_CONF"

@@ -35,12 +35,11 @@ def _frontend(args: argparse.Namespace) -> int:
 
 def _synth(args: argparse.Namespace) -> int:
     from .audio import write_wav
-    from .engine import Engine
 
     folder = Path(args.output).expanduser().absolute().parent
     if not folder.is_dir() or not os.access(folder, os.W_OK):
         raise OSError(f"cannot write {args.output}: {folder} is not a folder this user may write to")
-    engine = Engine(args.models, voice=args.voice, speaker=args.speaker)
+    engine = _engine(args, _load_config(args), args.models, args.voice, args.speaker)
     audio = engine.synthesize(" ".join(args.text), style=args.style, speed=args.speed,
                               style_weight=args.style_weight)
     write_wav(args.output, audio, engine.sample_rate)
@@ -56,6 +55,46 @@ def _load_config(args: argparse.Namespace) -> dict:
     logging.basicConfig(level=config["log"]["level"].upper(),
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     return config
+
+
+def _as_service() -> bool:
+    """Root without a cache of its own chosen (sudo clears XDG_CACHE_HOME): `sudo hayakoe-pi ...`
+    works on the service's files and leaves nothing in /root/.cache."""
+    return os.geteuid() == 0 and "XDG_CACHE_HOME" not in os.environ
+
+
+def _derived_dir(args: argparse.Namespace, config: dict) -> Path:
+    """Where the CLI finds (and makes) the derived model files: the service's
+    (`cache.dir`/models) when given --config or run as root (_as_service), else the
+    user's ~/.cache/hayakoe-pi/models."""
+    from .models import default_derived_dir
+
+    if getattr(args, "config", None) or _as_service():
+        return Path(config["cache"]["dir"]) / "models"
+    return default_derived_dir()
+
+
+def _owned_like_cache(derived: Path) -> None:
+    """As root in the service's cache: what was made there goes to its owner (the service
+    user), who could not read root's files otherwise."""
+    owner = derived.parent if derived.parent.is_dir() else None
+    if os.geteuid() != 0 or owner is None or not derived.is_dir():
+        return
+    st = owner.stat()
+    for path in [derived, *derived.rglob("*")]:
+        if path.lstat().st_uid != st.st_uid or path.lstat().st_gid != st.st_gid:
+            os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)
+
+
+def _engine(args: argparse.Namespace, config: dict, models: str | Path, voice: str, speaker=None):
+    from .engine import Engine
+    from .models import ModelStore
+
+    derived = _derived_dir(args, config)
+    try:
+        return Engine(models, voice=voice, speaker=speaker, store=ModelStore(models, derived_dir=derived))
+    finally:
+        _owned_like_cache(derived)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -89,8 +128,11 @@ def _check(args: argparse.Namespace) -> int:
             report(True, "models", f"{models}, voice {name}: not prepared yet in {derived}; the service "
                                    "prepares it when it starts (or: hayakoe-pi prepare, as the service's user)")
         else:
-            store = ModelStore(models, derived_dir=derived)
-            voice = store.voice(name)
+            try:
+                store = ModelStore(models, derived_dir=derived)
+                voice = store.voice(name)
+            finally:
+                _owned_like_cache(derived)
             report(True, "models", f"{store.dir}, voice {voice.name} ({voice.sample_rate} Hz), "
                                    f"installed: {', '.join(store.voices())}")
             if voice.tuning:
@@ -115,23 +157,29 @@ def _writable(folder: Path) -> bool:
 
 def _prepare(args: argparse.Namespace) -> int:
     """Make the derived model files ahead of the first start (install.sh runs it)."""
+    from .config import defaults
     from .models import default_derived_dir
     from .prepare import prepare
 
     if args.models:
         models = args.models
-        derived = Path(args.cache) / "models" if args.cache else default_derived_dir()
+        if args.cache:
+            derived = Path(args.cache) / "models"
+        else:
+            derived = Path(defaults()["cache"]["dir"]) / "models" if _as_service() else default_derived_dir()
     else:
         config = _load_config(args)
         models, derived = config["models"]["dir"], Path(args.cache or config["cache"]["dir"]) / "models"
-    prepare(models, derived, args.voice or None, report=lambda step: print(step.line(), flush=True))
+    try:
+        prepare(models, derived, args.voice or None, report=lambda step: print(step.line(), flush=True))
+    finally:
+        _owned_like_cache(derived)
     return 0
 
 
 def _say(args: argparse.Namespace) -> int:
     from .ahead import synthesize_ahead
     from .audio import Player, check_device
-    from .engine import Engine
 
     config = _load_config(args)
     models = args.models or config["models"]["dir"]
@@ -142,7 +190,7 @@ def _say(args: argparse.Namespace) -> int:
                          f"(a HayaKoe-layout folder) or --config FILE (the service's: {DEFAULT_CONFIG})")
     device = args.device or config["audio"]["device"]
     check_device(device)  # before synthesis: the same message as `hayakoe-pi check`
-    engine = Engine(models, voice=args.voice or config["voice"]["name"])
+    engine = _engine(args, config, models, args.voice or config["voice"]["name"])
     style = args.style or config["voice"]["style"]
     speed = args.speed or config["voice"]["speed"]
     ahead = synthesize_ahead(engine, " ".join(args.text), style=style, speed=speed,
@@ -182,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--style-weight", type=float, default=1.0)
     sy.add_argument("--speed", type=float, default=1.0)
     sy.add_argument("-o", "--output", required=True, help="WAV file to write")
+    sy.add_argument("--config", default=None, help="config whose cache.dir keeps the derived model files "
+                                                    "(as root: the service's)")
     sy.add_argument("text", nargs="+")
     sy.set_defaults(run=_synth)
 
@@ -196,7 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("prepare", help="make the derived model files (split, optimized copies) "
                                         "once, one model at a time")
     pr.add_argument("--config", default=DEFAULT_CONFIG, help=f"config file (default {DEFAULT_CONFIG})")
-    pr.add_argument("--models", help="models directory instead of the config's (cache in ~/.cache)")
+    pr.add_argument("--models", help="models directory instead of the config's "
+                                     "(cache in ~/.cache; as root the service's)")
     pr.add_argument("--cache", help="cache folder (the config's cache.dir; the daemon looks in CACHE/models)")
     pr.add_argument("--voice", action="append", help="only this voice (repeatable; default: all installed)")
     pr.set_defaults(run=_prepare)
