@@ -47,6 +47,8 @@ UNIT="$ROOT/etc/systemd/system/hayakoe-pi.service"
 MOSQUITTO_CONF="$ROOT/etc/mosquitto/conf.d/hayakoe-pi.conf"
 APT_PACKAGES=(python3-venv python3-pip libportaudio2 alsa-utils curl ca-certificates)
 DEFAULT_VOICE=jvnv-F1-jp
+# without systemd, which otherwise makes mosquitto's /run folder for its pid file
+MOSQUITTO_BY_HAND="sudo install -d -o mosquitto /run/mosquitto && sudo mosquitto -d -c /etc/mosquitto/mosquitto.conf"
 
 say() { printf '%s\n' "$*"; }
 step() { printf '\n==> %s\n' "$*"; }
@@ -159,6 +161,13 @@ uninstall() {
     if have_systemd; then
         systemctl daemon-reload
         systemctl reset-failed "$SVC.service" 2>/dev/null || true
+    fi
+    # the service is stopped: take its device out of Home Assistant while the venv is here
+    if [ -x "$VENV/bin/hayakoe-pi" ] && [ -f "$CONFIG" ]; then
+        if ! "$VENV/bin/hayakoe-pi" forget --config "$CONFIG"; then
+            warn "Home Assistant still lists the device: delete it there (Settings > Devices > HayaKoe Pi)," \
+                "or run this again once the broker answers"
+        fi
     fi
     rm -rf "$OPT_DIR"
     if [ -L "$BIN_LINK" ]; then rm -f "$BIN_LINK"; fi
@@ -366,7 +375,7 @@ if [ "$SKIP_SYSTEM" != 1 ]; then
                 grep -q "install ok installed"; then
                 step "MQTT broker: mosquitto is installed but nothing answers on $MQTT_HOST:$MQTT_PORT"
                 if have_systemd; then start="sudo systemctl enable --now mosquitto"
-                else start="sudo mosquitto -d -c /etc/mosquitto/mosquitto.conf"; fi
+                else start="$MOSQUITTO_BY_HAND"; fi
                 warn "not touching your mosquitto setup; start it with: $start" \
                     "(if it still does not answer on port $MQTT_PORT, see its log: /var/log/mosquitto/mosquitto.log)"
             else
@@ -389,7 +398,7 @@ EOF
                     systemctl enable mosquitto.service
                     systemctl restart mosquitto.service
                 else
-                    warn "systemd is not running: start the broker with: sudo mosquitto -d -c /etc/mosquitto/mosquitto.conf"
+                    warn "systemd is not running: start the broker with: $MOSQUITTO_BY_HAND"
                 fi
             fi
             ;;

@@ -199,6 +199,15 @@ def _say(args: argparse.Namespace) -> int:
     return 0
 
 
+def _forget(args: argparse.Namespace) -> int:
+    """Remove the device from Home Assistant (install.sh --uninstall runs it, the service stopped)."""
+    from .mqtt import forget_device
+
+    ok, detail = forget_device(_load_config(args)["mqtt"])
+    print(detail, file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
+
+
 def _devices(args: argparse.Namespace) -> int:
     from .audio import output_devices
 
@@ -238,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, text in (
         ("run", _run, "run the MQTT daemon"),
         ("check", _check, "check config, models, broker and sound card without starting"),
+        ("forget", _forget, "remove the device from Home Assistant and clear its retained MQTT topics "
+                            "(after stopping the service)"),
     ):
         c = sub.add_parser(name, help=text)
         c.add_argument("--config", default=DEFAULT_CONFIG, help=f"config file (default {DEFAULT_CONFIG})")

@@ -84,6 +84,9 @@ def _shared_runtime() -> tuple[bool, bool]:
     """
     global _shared
     if _shared is None:
+        # an offline appliance: onnxruntime sends no usage events from here
+        if hasattr(ort, "disable_telemetry_events"):
+            ort.disable_telemetry_events()
         threads = _start_thread_pool()
         try:
             cpu = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)

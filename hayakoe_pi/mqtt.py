@@ -185,14 +185,15 @@ class BrokerLink:
             log.exception("error while handling a message on %s", message.topic)
 
 
-def probe_broker(mqtt_config: dict, timeout: float = 5.0) -> tuple[bool, str]:
-    """Connect once (with the configured credentials and TLS) and report how it went."""
+def _connect_once(mqtt_config: dict, client_id: str, timeout: float, then: Callable[[paho.Client], str]
+                  ) -> tuple[bool, str]:
+    """Connect with a clean session (the configured credentials and TLS), run `then`, report."""
     import threading
 
     result: dict = {}
     done = threading.Event()
-    c = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"{mqtt_config['client_id']}-check",
-                    clean_session=True)
+    c = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=True)
+    c.connect_timeout = timeout
     if mqtt_config["username"] is not None:
         c.username_pw_set(mqtt_config["username"], mqtt_config["password"])
     if mqtt_config["tls"]["enabled"]:
@@ -216,7 +217,44 @@ def probe_broker(mqtt_config: dict, timeout: float = 5.0) -> tuple[bool, str]:
         rc = result["rc"]
         if rc.is_failure:
             return False, f"broker {where} refused the connection: {rc} (check mqtt.username/password)"
-        return True, f"broker {where} accepted the connection"
+        return True, then(c).format(where=where)
+    except (OSError, RuntimeError) as e:  # lost on the way
+        return False, f"broker {where}: {e}"
     finally:
         c.disconnect()
         c.loop_stop()
+
+
+def probe_broker(mqtt_config: dict, timeout: float = 5.0) -> tuple[bool, str]:
+    """Connect once and report how it went."""
+    return _connect_once(mqtt_config, f"{mqtt_config['client_id']}-check", timeout,
+                         lambda client: "broker {where} accepted the connection")
+
+
+def retained_topics(topics: Topics, client_id: str) -> list[str]:
+    """Every topic the daemon publishes retained: its discovery configs, status, state, settings."""
+    return [topic for topic, _ in discovery_messages(topics, client_id, [], [])] + \
+        [topics.status, topics.state, *(topics.setting(s) for s in SETTINGS)]
+
+
+def forget_device(mqtt_config: dict, timeout: float = 10.0) -> tuple[bool, str]:
+    """Take the device out of Home Assistant and the broker (on uninstall, the service stopped).
+
+    An empty retained discovery config removes an entity; the other retained
+    topics are cleared so nothing stale is handed to the next subscriber. The
+    connection uses the daemon's client id with a clean session, which ends
+    its persistent session (and the messages the broker kept for it).
+    """
+    topics = Topics(mqtt_config["topic_prefix"], mqtt_config["discovery_prefix"])
+
+    def clear(client: paho.Client) -> str:
+        names = retained_topics(topics, mqtt_config["client_id"])
+        sent = [client.publish(topic, b"", qos=1, retain=True) for topic in names]
+        for info in sent:
+            info.wait_for_publish(timeout)
+        if not all(info.is_published() for info in sent):
+            raise OSError(f"the broker did not confirm clearing the retained topics within {timeout:g} s")
+        return (f"removed the device from Home Assistant (broker {{where}}: {len(names)} retained topics "
+                f"cleared, the service's MQTT session ended)")
+
+    return _connect_once(mqtt_config, mqtt_config["client_id"], timeout, clear)

@@ -274,3 +274,29 @@ def test_check_reports_broker_and_audio(tmp_path):
 
 def test_fixture_models_are_what_the_tests_assume():
     assert (FIXTURE_MODELS / "onnx/speakers/tiny-voice/synthesizer.onnx").is_file()
+
+
+def test_forget_takes_the_device_out_of_home_assistant(tmp_path):
+    """`hayakoe-pi forget` (install.sh --uninstall): no retained discovery config, status,
+    state or setting is left for Home Assistant or any later subscriber."""
+    def retained(port, prefix, settle_s=1.0):
+        newcomer = Probe(port, prefix)  # a new subscriber is handed only what is retained
+        time.sleep(settle_s)
+        newcomer.close()
+        return {t for t, payload, kept in newcomer.messages if kept and payload}
+
+    with appliance(tmp_path) as app:
+        before = wait_for(lambda: retained(app.broker.port, app.prefix, 0.5) or None, 30, what="retained topics")
+        assert any(t.startswith("homeassistant/") and t.endswith("/config") for t in before), before
+        assert f"{app.prefix}/status" in before and f"{app.prefix}/volume" in before
+        app.daemon.stop()
+        cli = [sys.executable, "-m", "hayakoe_pi.cli", "forget", "--config", str(app.config)]
+        r = subprocess.run(cli, capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert r.returncode == 0, r.stderr
+        assert "removed the device from Home Assistant" in r.stdout
+        assert retained(app.broker.port, app.prefix) == set()
+        app.broker.stop()
+        r = subprocess.run(cli, capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert r.returncode == 1 and "cannot reach broker" in r.stderr and "Traceback" not in r.stderr
