@@ -63,13 +63,13 @@ def _as_service() -> bool:
     return os.geteuid() == 0 and "XDG_CACHE_HOME" not in os.environ
 
 
-def _derived_dir(args: argparse.Namespace, config: dict) -> Path:
+def _derived_dir(config: dict, config_given: bool) -> Path:
     """Where the CLI finds (and makes) the derived model files: the service's
     (`cache.dir`/models) when given --config or run as root (_as_service), else the
     user's ~/.cache/hayakoe-pi/models."""
     from .models import default_derived_dir
 
-    if getattr(args, "config", None) or _as_service():
+    if config_given or _as_service():
         return Path(config["cache"]["dir"]) / "models"
     return default_derived_dir()
 
@@ -90,7 +90,7 @@ def _engine(args: argparse.Namespace, config: dict, models: str | Path, voice: s
     from .engine import Engine
     from .models import ModelStore
 
-    derived = _derived_dir(args, config)
+    derived = _derived_dir(config, bool(args.config))
     try:
         return Engine(models, voice=voice, speaker=speaker, store=ModelStore(models, derived_dir=derived))
     finally:
@@ -158,15 +158,11 @@ def _writable(folder: Path) -> bool:
 def _prepare(args: argparse.Namespace) -> int:
     """Make the derived model files ahead of the first start (install.sh runs it)."""
     from .config import defaults
-    from .models import default_derived_dir
     from .prepare import prepare
 
     if args.models:
         models = args.models
-        if args.cache:
-            derived = Path(args.cache) / "models"
-        else:
-            derived = Path(defaults()["cache"]["dir"]) / "models" if _as_service() else default_derived_dir()
+        derived = Path(args.cache) / "models" if args.cache else _derived_dir(defaults(), config_given=False)
     else:
         config = _load_config(args)
         models, derived = config["models"]["dir"], Path(args.cache or config["cache"]["dir"]) / "models"

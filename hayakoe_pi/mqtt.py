@@ -185,9 +185,10 @@ class BrokerLink:
             log.exception("error while handling a message on %s", message.topic)
 
 
-def _connect_once(mqtt_config: dict, client_id: str, timeout: float, then: Callable[[paho.Client], str]
-                  ) -> tuple[bool, str]:
-    """Connect with a clean session (the configured credentials and TLS), run `then`, report."""
+def _connect_once(mqtt_config: dict, client_id: str, timeout: float,
+                  then: Callable[[paho.Client, str], str]) -> tuple[bool, str]:
+    """Connect with a clean session (the configured credentials and TLS), run
+    `then(client, "host:port")`, report."""
     import threading
 
     result: dict = {}
@@ -217,7 +218,7 @@ def _connect_once(mqtt_config: dict, client_id: str, timeout: float, then: Calla
         rc = result["rc"]
         if rc.is_failure:
             return False, f"broker {where} refused the connection: {rc} (check mqtt.username/password)"
-        return True, then(c).format(where=where)
+        return True, then(c, where)
     except (OSError, RuntimeError) as e:  # lost on the way
         return False, f"broker {where}: {e}"
     finally:
@@ -228,7 +229,7 @@ def _connect_once(mqtt_config: dict, client_id: str, timeout: float, then: Calla
 def probe_broker(mqtt_config: dict, timeout: float = 5.0) -> tuple[bool, str]:
     """Connect once and report how it went."""
     return _connect_once(mqtt_config, f"{mqtt_config['client_id']}-check", timeout,
-                         lambda client: "broker {where} accepted the connection")
+                         lambda client, where: f"broker {where} accepted the connection")
 
 
 def retained_topics(topics: Topics, client_id: str) -> list[str]:
@@ -247,14 +248,14 @@ def forget_device(mqtt_config: dict, timeout: float = 10.0) -> tuple[bool, str]:
     """
     topics = Topics(mqtt_config["topic_prefix"], mqtt_config["discovery_prefix"])
 
-    def clear(client: paho.Client) -> str:
+    def clear(client: paho.Client, where: str) -> str:
         names = retained_topics(topics, mqtt_config["client_id"])
         sent = [client.publish(topic, b"", qos=1, retain=True) for topic in names]
         for info in sent:
             info.wait_for_publish(timeout)
         if not all(info.is_published() for info in sent):
             raise OSError(f"the broker did not confirm clearing the retained topics within {timeout:g} s")
-        return (f"removed the device from Home Assistant (broker {{where}}: {len(names)} retained topics "
+        return (f"removed the device from Home Assistant (broker {where}: {len(names)} retained topics "
                 f"cleared, the service's MQTT session ended)")
 
     return _connect_once(mqtt_config, mqtt_config["client_id"], timeout, clear)
