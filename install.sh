@@ -290,14 +290,19 @@ def get(section, key):
     return str(value).replace("\n", " ")
 
 for section, key in (("mqtt", "host"), ("mqtt", "port"), ("mqtt", "topic_prefix"),
-                     ("voice", "name"), ("models", "dir")):
+                     ("voice", "name"), ("models", "dir"), ("audio", "device")):
     print(get(section, key))
 EOF
 }
 
-# The repo's default config with voice.name set to $2.
-default_config_with_voice() {
-    sed -E "/^voice:/,/^[^[:space:]#]/ s/^(  name:[[:space:]]*)[^[:space:]#]+/\\1$2/" "$1"
+# The repo's default config $1 with voice.name set to $2 and audio.device to $3
+# (if given; a name without double quotes).
+default_config() {
+    local device
+    device="$(printf '%s' "${3:-default}" | sed 's/[\\&|]/\\&/g')"
+    if [ "$device" != default ]; then device="\"$device\""; fi
+    sed -E -e "/^voice:/,/^[^[:space:]#]/ s/^(  name:[[:space:]]*)[^[:space:]#]+/\\1$2/" \
+        -e "/^audio:/,/^[^[:space:]#]/ s|^(  device:[[:space:]]*)default|\\1$device|" "$1"
 }
 
 # The config may hold the MQTT password: root:hayakoe-pi 0640.
@@ -319,13 +324,13 @@ if [ ! -e "$CONFIG" ]; then
 else
     mapfile -t current < <(read_config "$CONFIG")
     # "Untouched": the default, except perhaps for the voice this installer set.
-    if default_config_with_voice "$SRC/config.yaml" "${current[3]:-}" | cmp -s - "$CONFIG"; then
+    if default_config "$SRC/config.yaml" "${current[3]:-}" "${current[5]:-}" | cmp -s - "$CONFIG"; then
         CONFIG_IS_DEFAULT=1
         say "kept $CONFIG (the default settings)"
     else
         say "kept $CONFIG (edited by you)"
         # this version's defaults, naming the voice being installed
-        default_config_with_voice "$SRC/config.yaml" "${VOICE_ARG:-${current[3]:-$DEFAULT_VOICE}}" >"$CONFIG.new.tmp"
+        default_config "$SRC/config.yaml" "${VOICE_ARG:-${current[3]:-$DEFAULT_VOICE}}" >"$CONFIG.new.tmp"
         if cmp -s "$CONFIG.new.tmp" "$CONFIG.new" 2>/dev/null; then
             rm -f "$CONFIG.new.tmp"
         else
@@ -339,12 +344,13 @@ fi
 own_config "$CONFIG"
 
 mapfile -t cfg < <(read_config "$CONFIG")
-[ ${#cfg[@]} -eq 5 ] || die "could not read $CONFIG with $VENV/bin/python"
+[ ${#cfg[@]} -eq 6 ] || die "could not read $CONFIG with $VENV/bin/python"
 MQTT_HOST="${cfg[0]}"
 MQTT_PORT="${cfg[1]}"
 TOPIC_PREFIX="${cfg[2]}"
 CONFIG_VOICE="${cfg[3]}"
 MODELS_DIR="$ROOT${cfg[4]}"
+CONFIG_DEVICE="${cfg[5]}"
 
 VOICE="${VOICE_ARG:-$CONFIG_VOICE}"
 VOICE="${VOICE:-$DEFAULT_VOICE}"
@@ -352,13 +358,42 @@ VOICE="${VOICE:-$DEFAULT_VOICE}"
 if [ "$VOICE" != "$CONFIG_VOICE" ]; then
     if [ "$CONFIG_IS_DEFAULT" = 1 ]; then
         tmp="$(mktemp "$CONFIG.XXXXXX")"
-        default_config_with_voice "$SRC/config.yaml" "$VOICE" >"$tmp"
+        default_config "$SRC/config.yaml" "$VOICE" "$CONFIG_DEVICE" >"$tmp"
         own_config "$tmp"
         mv -f "$tmp" "$CONFIG"
         say "set voice.name: $VOICE in $CONFIG"
     else
         warn "$CONFIG uses voice $CONFIG_VOICE; to speak with $VOICE, set voice.name: $VOICE there" \
             "(or publish it to $TOPIC_PREFIX/voice/set)"
+    fi
+fi
+
+# --- sound card -----------------------------------------------------------------------
+# Desktop Pi OS hands ALSA's "default" to PipeWire in the logged-in user's
+# session, which the service cannot reach: it needs the card itself.
+if [ "$CONFIG_DEVICE" = default ]; then
+    why="$(mktemp)"
+    rc=0
+    suggestion="$("$VENV/bin/hayakoe-pi" devices --suggest 2>"$why")" || rc=$?
+    reason="$(tail -n 1 "$why")"  # the last line: PortAudio may print ALSA noise before it
+    rm -f "$why"
+    if [ "$rc" = 0 ] && [ "$suggestion" != default ]; then
+        step "Sound card: $reason"
+        if [ "$CONFIG_IS_DEFAULT" = 1 ] && [[ "$suggestion" != *'"'* ]]; then
+            tmp="$(mktemp "$CONFIG.XXXXXX")"
+            default_config "$SRC/config.yaml" "$VOICE" "$suggestion" >"$tmp"
+            own_config "$tmp"
+            mv -f "$tmp" "$CONFIG"
+            say "set audio.device: \"$suggestion\" in $CONFIG (the others: hayakoe-pi devices)"
+        else
+            warn "set audio.device: \"$suggestion\" in $CONFIG (the others: hayakoe-pi devices)"
+        fi
+    elif [ "$rc" = 1 ]; then
+        step "Sound card: $reason"
+        warn "no sound card found: connect one, then set audio.device in $CONFIG to its name" \
+            "(hayakoe-pi devices lists them)"
+    elif [ "$rc" != 0 ]; then
+        warn "could not list the sound cards: $reason"
     fi
 fi
 

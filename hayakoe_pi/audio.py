@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import time
 import wave
 from pathlib import Path
@@ -27,9 +29,90 @@ class AudioError(Exception):
     """The sound card is missing, busy or failed while playing."""
 
 
-def output_devices() -> list[dict]:
-    import sounddevice as sd
+def _sounddevice():
+    # A card chosen by name opens as plughw, not hw: ALSA then converts rate and
+    # format for cards that cannot play the voice's 44.1 kHz as it is (most USB
+    # speakers take 48 kHz only). Read once, when PortAudio starts.
+    os.environ.setdefault("PA_ALSA_PLUGHW", "1")
+    import sounddevice
 
+    return sounddevice
+
+
+# ALSA configuration that hands "default" to a desktop sound server: Debian's
+# pipewire-alsa does it for everyone (conf.d/99-pipewire-default.conf), while
+# pulseaudio's hook (99-pulse.conf) does it only while PulseAudio runs for the
+# user at hand, never for a system service, unless the default is set by hand.
+ALSA_CONFIG = ("/etc/alsa/conf.d", "/etc/asound.conf")
+_SERVER_DEFAULT = re.compile(
+    r'pcm\.!?default\s*(?:\{[^}]*?\b(?:type|pcm)\s+"?(pipewire|pulse)\b|"?(pipewire|pulse)\b)')
+
+
+def desktop_sound_server(paths=None) -> tuple[str, str] | None:
+    """(server, file) when ALSA's default goes through PipeWire or PulseAudio.
+
+    Desktop Pi OS does this for the logged-in user's session; a system service
+    has no such session, so "default" does not reach the card there.
+    HAYAKOE_ALSA_CONFIG (colon-separated) replaces the files looked at (tests).
+    """
+    if paths is None:
+        paths = os.environ.get("HAYAKOE_ALSA_CONFIG", ":".join(ALSA_CONFIG)).split(":")
+    files: list[Path] = []
+    for path in map(Path, filter(None, paths)):
+        files += sorted(path.glob("*.conf")) if path.is_dir() else [path]
+    for f in files:
+        try:
+            text = re.sub(r"#.*", "", f.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+        m = _SERVER_DEFAULT.search(text)
+        if m:
+            return ("PipeWire" if "pipewire" in (m.group(1) or m.group(2) or "") else "PulseAudio"), str(f)
+    return None
+
+
+def _card_device(name: str) -> bool:
+    return re.search(r"\((plug)?hw:\d+,\d+\)$", name) is not None
+
+
+def suggested_device(devices: list[dict], sound_server: tuple[str, str] | None) -> str | None:
+    """What audio.device should be: "default", unless a desktop sound server owns it.
+
+    Then a sound card itself, as the shortest name that picks it alone (the
+    card's name, which survives the card numbers changing, else the whole
+    name); the analog/USB output before HDMI. None when there is no card.
+    """
+    if sound_server is None:
+        return "default"
+    cards = [d["name"] for d in devices if _card_device(d["name"])]
+    cards.sort(key=lambda n: "hdmi" in n.lower())  # stable: otherwise in PortAudio's order
+    if not cards:
+        return None
+    card = cards[0].split(":")[0].strip()
+    if sum(card.lower() in d["name"].lower() for d in devices) == 1:
+        return card
+    return cards[0]
+
+
+def sound_server_hint(device) -> str:
+    """Why "default" will not play here and what to set instead; "" when it will."""
+    if device not in (None, "default"):
+        return ""
+    server = desktop_sound_server()
+    if server is None:
+        return ""
+    try:
+        suggestion = suggested_device(output_devices(), server)
+    except Exception:  # PortAudio itself missing: the caller reports that
+        suggestion = None
+    fix = (f'set audio.device: "{suggestion}" in the config' if suggestion else
+           "connect a sound card, then set audio.device to it (hayakoe-pi devices lists them)")
+    return (f"ALSA's default device goes through {server[0]} ({server[1]}), which runs in a desktop "
+            f"user's session and a system service cannot reach: {fix}")
+
+
+def output_devices() -> list[dict]:
+    sd = _sounddevice()
     return [dict(d, index=i) for i, d in enumerate(sd.query_devices()) if d["max_output_channels"] > 0]
 
 
@@ -49,8 +132,7 @@ def rescan_devices() -> None:
     unplugged and plugged in again stays missing until the daemon restarts.
     Only call it while no stream is open.
     """
-    import sounddevice as sd
-
+    sd = _sounddevice()
     try:
         sd._terminate()
         sd._initialize()
@@ -59,9 +141,15 @@ def rescan_devices() -> None:
 
 
 def check_device(device: str | int | None) -> str:
-    """Name of the output device, or AudioError saying what exists instead."""
-    import sounddevice as sd
+    """Name of the output device, or AudioError saying what exists instead.
 
+    "default" sent to a desktop sound server is an error too, even when
+    PortAudio lists it: the service would fail at its first sentence.
+    """
+    sd = _sounddevice()
+    hint = sound_server_hint(device)
+    if hint:
+        raise AudioError(hint)
     try:
         info = sd.query_devices(_device_arg(device), "output")
     except (ValueError, sd.PortAudioError) as e:
@@ -101,7 +189,7 @@ class Player:
         called after every block written: a sign of life for the watchdog,
         since a wedged device blocks the write.
         """
-        import sounddevice as sd
+        sd = _sounddevice()
 
         from .ahead import SynthesisAhead
 

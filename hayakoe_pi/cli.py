@@ -205,12 +205,29 @@ def _forget(args: argparse.Namespace) -> int:
 
 
 def _devices(args: argparse.Namespace) -> int:
-    from .audio import output_devices
+    from .audio import desktop_sound_server, output_devices, suggested_device
 
     devices = output_devices()
+    server = desktop_sound_server()
+    suggestion = suggested_device(devices, server)
+    reason = (f"ALSA's default goes through {server[0]} ({server[1]}), which a system service cannot reach"
+              if server else "")
+    if args.suggest:  # for install.sh: what audio.device should be (exit 1: no card), and why
+        if reason:
+            print(reason, file=sys.stderr)
+        if suggestion:
+            print(suggestion)
+        return 0 if suggestion else 1
     for d in devices:
-        print(f"{d['index']:3d}  {d['name']}  ({d['max_output_channels']} ch, "
+        mark = "*" if suggestion and (d["name"] == suggestion or
+                                      d["name"].lower().startswith(suggestion.lower() + ":")) else " "
+        print(f"{mark}{d['index']:3d}  {d['name']}  ({d['max_output_channels']} ch, "
               f"{d['default_samplerate']:.0f} Hz)")
+    if server:
+        print(f"{reason}: " + (f'use audio.device: "{suggestion}" (marked *)' if suggestion
+                               else "connect a sound card and use its name for audio.device"))
+    elif suggestion:
+        print('* = what the service uses with audio.device: "default"')
     if not devices:
         print("no output devices found (is the sound card connected? is libportaudio2 installed?)",
               file=sys.stderr)
@@ -269,7 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("text", nargs="+")
     sa.set_defaults(run=_say)
 
-    dv = sub.add_parser("devices", help="list audio output devices")
+    dv = sub.add_parser("devices", help="list audio output devices, the one to use marked *")
+    dv.add_argument("--suggest", action="store_true",
+                    help="print only the device to set as audio.device (none: exit 1)")
     dv.set_defaults(run=_devices)
     return p
 

@@ -14,6 +14,11 @@ else:
     SCRATCH_CACHE = None
 
 
+# The host's own ALSA setup (a desktop's PipeWire) must not change what the
+# tests see; tests of that detection point HAYAKOE_ALSA_CONFIG at their files.
+os.environ["HAYAKOE_ALSA_CONFIG"] = ""
+
+
 def pytest_sessionfinish(session, exitstatus):
     if SCRATCH_CACHE:
         shutil.rmtree(SCRATCH_CACHE, ignore_errors=True)

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 import wave
@@ -134,3 +135,37 @@ def test_synth_with_a_config_uses_its_cache_and_gives_root_made_files_to_the_cac
     assert any(p.suffix == ".onnx" for p in made)
     assert {(p.lstat().st_uid, p.lstat().st_gid) for p in made} == {(4242, 4242)}
     assert not list(home.rglob("hayakoe-pi*"))
+
+
+def test_a_desktop_sound_servers_default_is_named_with_the_fix(tmp_path):
+    """Desktop Pi OS: ALSA's default goes to PipeWire, which a system service cannot reach."""
+    from harness import AlsaSink
+    from test_audio import PIPEWIRE_DEFAULT
+
+    conf = tmp_path / "conf.d"
+    conf.mkdir()
+    (conf / "99-pipewire-default.conf").write_text(PIPEWIRE_DEFAULT)
+    sink = AlsaSink(tmp_path)
+    env = dict(HOME=str(sink.home), HAYAKOE_ALSA_CONFIG=str(conf))
+    try:
+        r = run_cli("devices", **env)
+        assert r.returncode == 0, r.stderr
+        assert f"ALSA's default goes through PipeWire ({conf}/99-pipewire-default.conf)" in r.stdout
+        assert "connect a sound card" in r.stdout  # none here
+        r = run_cli("devices", "--suggest", **env)
+        assert r.returncode == 1 and r.stdout == "" and "PipeWire" in r.stderr
+        r = run_cli("say", "--models", str(FIXTURE_MODELS), "--voice", "tiny-voice", "はい", **env)
+        assert r.returncode == 2
+        assert "goes through PipeWire" in r.stderr and "set audio.device to it" in r.stderr
+        assert sink.raw.stat().st_size == 0
+        # a device named in the config is used as it is
+        sink.set_named_device("speaker")
+        r = run_cli("say", "--models", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--device", "speaker",
+                    "はい", **env)
+        assert r.returncode == 0, r.stderr
+        r = run_cli("devices", **dict(env, HAYAKOE_ALSA_CONFIG=""))
+        assert r.returncode == 0 and "PipeWire" not in r.stdout
+        assert re.search(r"^\* +\d+  default ", r.stdout, re.M), r.stdout
+    finally:
+        sink.stop()
+    assert sink.raw.stat().st_size > 0

@@ -242,6 +242,21 @@ def test_rerun_is_idempotent_and_keeps_user_edits(installed, one_voice_models):
         assert filecmp.cmp(models / rel, FIXTURE_MODELS / rel, shallow=False), rel
 
 
+def test_a_desktop_sound_server_is_pointed_out_with_the_fix(installed, one_voice_models, tmp_path):
+    from test_audio import PIPEWIRE_DEFAULT
+
+    root, _ = installed
+    config = root / "etc/hayakoe-pi/config.yaml"
+    before = config.read_bytes()
+    (tmp_path / "99-pipewire-default.conf").write_text(PIPEWIRE_DEFAULT)
+    p = run_install(root, "--models-from", str(one_voice_models), "--no-start",
+                    env={"HAYAKOE_ALSA_CONFIG": str(tmp_path)})
+    assert f"Sound card: ALSA's default goes through PipeWire ({tmp_path}/99-pipewire-default.conf)" in p.stdout
+    # no card on this machine: the fix, and the config left alone
+    assert "no sound card found: connect one, then set audio.device in" in p.stderr
+    assert config.read_bytes() == before
+
+
 @pytest.mark.parametrize("args, complaint", [
     (["--voice", "no-such-voice"], "has no onnx/speakers/no-such-voice/synthesizer.onnx; "
                                    "its voices: tiny-voice tiny-voice-nodur"),
