@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .layout import DEFAULT_VOICE
 from .models import ModelStore, Voice
 from .text import Analysis, TextError
 from .text.phonemes import PUNCTUATIONS
@@ -138,7 +139,7 @@ class Piece:
 
 
 class Engine:
-    def __init__(self, models_dir: str | Path, voice: str = "jvnv-F1-jp",
+    def __init__(self, models_dir: str | Path, voice: str = DEFAULT_VOICE,
                  speaker: str | int | None = None, store: ModelStore | None = None,
                  window_frames: int = DECODER_WINDOW_FRAMES):
         self.store = store or ModelStore(models_dir)
@@ -225,7 +226,7 @@ class Engine:
                 piece.sentence = i
                 yield piece
             if i < last:
-                pause = self._pause_samples(sentence, piece.audio, voice.sample_rate, length_scale)
+                pause = pause_samples(sentence, piece.audio, voice.sample_rate, length_scale)
                 if pause:
                     yield Piece(np.zeros(pause, dtype=np.float32), i, pause=True)
 
@@ -310,15 +311,6 @@ class Engine:
                         sentence_samples=z.shape[2] * hop, windows=windows,
                         decode_seconds=time.perf_counter() - began, frames=hi - lo)
 
-    @staticmethod
-    def _pause_samples(sentence: str, audio: np.ndarray, sr: int, length_scale: float) -> int:
-        end = sentence.rstrip(" \t\u3000")[-1:] if sentence.rstrip(" \t\u3000") else ""
-        if sentence.endswith("\n"):
-            end = "\n"
-        target = PAUSE_AFTER.get(end, DEFAULT_PAUSE) * length_scale
-        return max(0, int(round((target - trailing_silence(audio, sr)) * sr)))
-
-
 def decoder_windows(frames: int, window: int, margin: int, first: int = FIRST_WINDOW_FRAMES,
                     one_pass_if_fits: bool = True) -> Iterator[tuple[int, int, int, int]]:
     """(start, end, lo, hi): frames start:end are kept from decoding lo:hi.
@@ -386,6 +378,19 @@ def paced_windows(frames: int, window: int, margin: int, ratio: float, guard: fl
             return plan
         delay += max(first / 4, delay / 16)
     return list(decoder_windows(frames, window, margin, first, one_pass_if_fits=False))
+
+
+def pause_samples(sentence: str, audio: np.ndarray, sr: int, length_scale: float) -> int:
+    """Silence to add after `sentence` (its speech ending in `audio`) when more follows.
+
+    The pause its final punctuation asks for, less the silence the synthesizer
+    already put at the end.
+    """
+    end = sentence.rstrip(" \t\u3000")[-1:]
+    if sentence.endswith("\n"):
+        end = "\n"
+    target = PAUSE_AFTER.get(end, DEFAULT_PAUSE) * length_scale
+    return max(0, int(round((target - trailing_silence(audio, sr)) * sr)))
 
 
 def trailing_silence(audio: np.ndarray, sr: int) -> float:

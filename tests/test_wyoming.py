@@ -24,8 +24,8 @@ from wyoming.tts import (Synthesize, SynthesizeChunk, SynthesizeStart, Synthesiz
 from conftest import FIXTURE_MODELS
 from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, wait_for, write_config
 from hayakoe_pi.config import load_config, voice_styles
-from hayakoe_pi.wyoming import (SERVICE_TYPE, instance_name, read_event, ready_text, service_info,
-                                to_pcm16)
+from hayakoe_pi.audio import to_pcm16
+from hayakoe_pi.wyoming import SERVICE_TYPE, instance_name, read_event, ready_text, service_info
 
 VOICES = ["tiny-voice", "tiny-voice-nodur"]
 MAX_CHARS = 300
@@ -183,9 +183,7 @@ def test_server_announces_and_withdraws_without_interface_scan(monkeypatch):
     monkeypatch.setattr(zeroconf.asyncio, "AsyncZeroconf", FakeZeroconf)
     FakeZeroconf.made.clear()
     port = free_port()
-    daemon = SimpleNamespace(config={"wyoming": {"enabled": True, "host": "127.0.0.1", "port": port,
-                                                 "zeroconf": True}})
-    server = WyomingServer(daemon)
+    server = WyomingServer({"enabled": True, "host": "127.0.0.1", "port": port, "zeroconf": True}, speech=None)
     server.start()
     try:
         assert server.listening.wait(10)
@@ -211,9 +209,8 @@ def test_port_in_use_is_retried_without_ending_the_server(caplog):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        daemon = SimpleNamespace(config={"wyoming": {"enabled": True, "host": "127.0.0.1", "port": port,
-                                                     "zeroconf": False}})
-        server = WyomingServer(daemon)
+        server = WyomingServer({"enabled": True, "host": "127.0.0.1", "port": port, "zeroconf": False},
+                               speech=None)
         with caplog.at_level("ERROR", logger="hayakoe_pi.wyoming"):
             server.start()
             wait_for(lambda: "cannot listen" in caplog.text, 10, what="the bind error to be logged")
@@ -224,15 +221,13 @@ def test_port_in_use_is_retried_without_ending_the_server(caplog):
 
 
 def test_idle_clients_are_dropped_and_too_many_refused(monkeypatch):
-    import hayakoe_pi.wyoming as wy
+    import hayakoe_pi.wyoming.handler as handler
+    from hayakoe_pi.wyoming import WyomingServer
 
-    monkeypatch.setattr(wy, "IDLE_SECONDS", 0.5)
-    monkeypatch.setattr(wy, "MAX_CLIENTS", 1)
+    monkeypatch.setattr(handler, "IDLE_SECONDS", 0.5)
+    monkeypatch.setattr(handler, "MAX_CLIENTS", 1)
     port = free_port()
-    daemon = SimpleNamespace(config={"wyoming": {"enabled": True, "host": "127.0.0.1", "port": port,
-                                                 "zeroconf": False},
-                                     "queue": {"max_text_chars": 100}, "voice": {"speed": 1.0, "style_weight": 1.0}})
-    server = wy.WyomingServer(daemon)
+    server = WyomingServer({"enabled": True, "host": "127.0.0.1", "port": port, "zeroconf": False}, speech=None)
     server.start()
 
     async def go():

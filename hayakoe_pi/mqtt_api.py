@@ -1,0 +1,126 @@
+"""The MQTT API: payloads turned into typed requests, and the events that answer them.
+
+    hayakoe/say, hayakoe/prepare   plain text, or JSON {"text", "voice", "style", "speed",
+                                   "volume", "id", "interrupt"}  -> SayRequest
+    hayakoe/<setting>/set          volume 0-100, a voice, a style  -> the value
+    hayakoe/event                  {"event": ..., "id", "text", ...}  <- event(), error_event()
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+
+from .engine import SPEED_RANGE
+from .speech import SpeechError, SpeechService, check_number
+
+REQUEST_FIELDS = ("text", "voice", "style", "speed", "volume", "id", "interrupt")
+EVENT_TEXT_CHARS = 200  # events quote at most this much of the text
+MAX_ID_CHARS = 128
+
+
+class PayloadError(ValueError):
+    """A payload that cannot become a request: answered with an error event."""
+
+    def __init__(self, reason: str, request_id: str | None = None, text: str | None = None):
+        super().__init__(reason)
+        self.request_id = request_id
+        self.text = text
+
+
+@dataclass
+class SayRequest:
+    id: str
+    text: str
+    voice: str | None = None
+    style: str | None = None
+    speed: float | None = None
+    volume: float | None = None  # 0..1
+    interrupt: bool = False
+    play: bool = True  # False: only synthesize into the cache (prepare)
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def parse_say(payload: bytes, service: SpeechService, play: bool = True) -> SayRequest:
+    """A `say` (or `prepare`) payload as a checked request, or PayloadError."""
+    try:
+        raw = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PayloadError("payload is not valid UTF-8 text") from None
+    if raw.lstrip().startswith(("{", "[")):
+        request = _parse_json(raw, service)
+    else:
+        request = SayRequest(id=_new_id(), text=raw)
+    request.play = play
+    try:
+        request.text = service.check_text(request.text)
+    except SpeechError as e:
+        raise PayloadError(str(e), request.id, request.text) from None
+    return request
+
+
+def _parse_json(raw: str, service: SpeechService) -> SayRequest:
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError) as e:
+        if raw.lstrip().startswith("["):  # "[お知らせ]…" is text, not broken JSON
+            return SayRequest(id=_new_id(), text=raw)
+        raise PayloadError(f"invalid JSON: {getattr(e, 'msg', e)}") from None
+    if not isinstance(data, dict):
+        raise PayloadError("JSON payload must be an object")
+    rid = data.get("id")
+    if rid is not None and (isinstance(rid, bool) or not isinstance(rid, (str, int))
+                            or not 0 < len(str(rid)) <= MAX_ID_CHARS):
+        raise PayloadError(f"id must be a string or integer of at most {MAX_ID_CHARS} characters")
+    rid = str(rid) if rid is not None else _new_id()
+    text = data.get("text")
+    quoted = text if isinstance(text, str) else None
+    try:
+        unknown = sorted(k for k in data if k not in REQUEST_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown field {', '.join(map(repr, unknown))[:80]}; "
+                             f"known: {', '.join(REQUEST_FIELDS)}")
+        if not isinstance(text, str):
+            raise ValueError("'text' must be a string")
+        request = SayRequest(id=rid, text=text)
+        if data.get("voice") is not None:
+            request.voice = service.check_voice(data["voice"])
+        if data.get("style") is not None:
+            request.style = service.check_style(data["style"], request.voice or service.current_voice())
+        if data.get("speed") is not None:
+            request.speed = check_number(data["speed"], "speed", *SPEED_RANGE)
+        if data.get("volume") is not None:
+            request.volume = check_number(data["volume"], "volume", 0, 100) / 100
+        if data.get("interrupt") is not None:
+            if not isinstance(data["interrupt"], bool):
+                raise ValueError("interrupt must be true or false")
+            request.interrupt = data["interrupt"]
+    except ValueError as e:  # SpeechError too
+        raise PayloadError(str(e), rid, quoted) from None
+    return request
+
+
+def parse_volume(payload: bytes) -> float:
+    """A volume/set payload: percent, 0 to 100."""
+    value = payload.decode("utf-8", errors="replace").strip()
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"volume must be a number from 0 to 100, got {value[:40]!r}") from None
+    return check_number(number, "volume", 0, 100)
+
+
+def event(kind: str, request: SayRequest, **extra) -> dict:
+    payload = {"event": kind, "id": request.id, "text": request.text[:EVENT_TEXT_CHARS], **extra}
+    if not request.play:
+        payload["prepare"] = True
+    return payload
+
+
+def error_event(reason: str, request_id: str | None = None, text: str | None = None) -> dict:
+    return {"event": "error", "id": request_id,
+            "text": text[:EVENT_TEXT_CHARS] if isinstance(text, str) else None, "error": reason}

@@ -1,0 +1,246 @@
+"""The speech service: the one set of rules both front doors serve requests by.
+
+MQTT (daemon.py) and Wyoming (wyoming/) hand it texts and what a request
+names; it checks the text, picks the voice and style (from the request, else
+the current selection), and gives the audio: from the phrase cache, or
+synthesized ahead of playing (ahead.py) and stored once complete. The
+current selection (voice, style, volume) lives here too, behind one lock,
+saved to the state file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .ahead import SynthesisAhead, synthesize_ahead
+from .cache import PhraseCache, cache_key, voice_fingerprint
+from .config import voice_styles
+from .engine import Engine, pause_samples
+from .models import ModelError, ModelStore
+
+log = logging.getLogger("hayakoe_pi")
+
+
+class SpeechError(ValueError):
+    """A request that cannot be served; `code` names the kind (Wyoming sends it)."""
+
+    def __init__(self, message: str, code: str):
+        super().__init__(message)
+        self.code = code
+
+
+def check_number(value, name: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a number, got {json.dumps(value)[:40]}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low:g} and {high:g}, got {value:g}")
+    return float(value)
+
+
+def _has_control_characters(text: str) -> bool:
+    return any(ord(c) < 32 and c not in "\t\n\r" for c in text)
+
+
+def first_style(styles: list[str], preferred: str) -> str:
+    """The style to use when the one asked for is not a style of the voice."""
+    for style in (preferred, "Neutral"):
+        if style in styles:
+            return style
+    return styles[0]
+
+
+class SavedSelection:
+    """Voice, style and volume as last chosen (over MQTT); kept in the state file."""
+
+    def __init__(self, path: Path, volume: float, voice: str, style: str):
+        self.path = path
+        self.volume, self.voice, self.style = volume, voice, style
+        try:
+            saved = json.loads(path.read_text("utf-8"))
+            self.volume = float(saved.get("volume", volume))
+            self.voice = str(saved.get("voice", voice))
+            self.style = str(saved.get("style", style))
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, TypeError, AttributeError) as e:
+            log.warning("ignoring unreadable state file %s (%s)", path, e)
+
+    def save(self) -> None:
+        data = {"volume": self.volume, "voice": self.voice, "style": self.style}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data), "utf-8")
+            tmp.chmod(0o600)
+            tmp.replace(self.path)
+        except OSError as e:
+            log.warning("cannot save the state to %s (%s)", self.path, e)
+
+    def shown(self, name: str) -> str:
+        """A setting as its retained MQTT state shows it (volume in percent)."""
+        return f"{round(self.volume * 100):d}" if name == "volume" else getattr(self, name)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The voice and style one request is spoken with."""
+
+    voice: str
+    style: str
+    sample_rate: int
+    fingerprint: tuple  # the model files that shape the sound (part of the cache key)
+
+
+class Utterance:
+    """The audio of one text: cached, or being synthesized ahead of its listener.
+
+    `ahead` gives the pieces either way. Call `close(completed)` at the end:
+    a synthesis that ran to its end, for a listener who heard it all, is
+    stored in the phrase cache.
+    """
+
+    def __init__(self, ahead: SynthesisAhead, cached: bool, store_as: tuple[PhraseCache, str, int] | None):
+        self.ahead, self.cached, self._store_as = ahead, cached, store_as
+
+    def close(self, completed: bool) -> None:
+        self.ahead.cancel()  # stops synthesis after the window in progress
+        if completed and self._store_as is not None and self.ahead.complete:
+            cache, key, rate = self._store_as
+            cache.put(key, rate, self.ahead.audio())
+
+
+class SpeechService:
+    """Loads the current voice at once (a broken one fails the start), the others when asked for."""
+
+    def __init__(self, store: ModelStore, cache: PhraseCache, selection: SavedSelection, voice: str,
+                 style: str, speed: float, style_weight: float, max_text_chars: int):
+        self.store, self.cache, self.selection = store, cache, selection
+        self.default_style, self.speed, self.style_weight = style, speed, style_weight
+        self.max_text_chars = max_text_chars
+        self.lock = threading.Lock()  # the selection: read by every request, changed by commands
+        if selection.voice not in store.voices():
+            log.warning("saved voice %r is not installed; using %s", selection.voice, voice)
+            selection.voice, selection.style = voice, style
+        self.engine = Engine(store.dir, voice=selection.voice, store=store)
+        styles = self.styles(selection.voice)
+        if selection.style not in styles:
+            selection.style = first_style(styles, style)
+
+    # --- texts ---------------------------------------------------------------------------
+
+    def check_text(self, text) -> str:
+        """The text to speak, stripped; SpeechError when it cannot be spoken."""
+        self.check_part(text, 0)
+        text = text.strip()
+        if not text:
+            raise SpeechError("empty text: nothing to speak", "empty-text")
+        return text
+
+    def check_part(self, text, chars_before: int) -> None:
+        """One part of a text that arrives in parts, `chars_before` characters already in."""
+        if not isinstance(text, str):
+            raise SpeechError("'text' must be a string", "bad-text")
+        total, limit = chars_before + len(text), self.max_text_chars
+        if total > limit:
+            so_far = " so far" if chars_before else ""
+            raise SpeechError(f"text too long ({total} characters{so_far}, limit {limit})", "text-too-long")
+        if _has_control_characters(text):
+            raise SpeechError("text contains control characters", "bad-text")
+
+    # --- voices and styles ---------------------------------------------------------------
+
+    def voices(self) -> list[str]:
+        return self.store.voices()
+
+    def styles(self, voice: str) -> list[str]:
+        return voice_styles(self.store.dir, voice)
+
+    def check_voice(self, name) -> str:
+        installed = self.voices()
+        if not isinstance(name, str) or name not in installed:
+            raise SpeechError(f"unknown voice {json.dumps(name, ensure_ascii=False)[:60]}; "
+                              f"installed: {', '.join(installed)}", "unknown-voice")
+        return name
+
+    def check_style(self, style, voice: str, what: str = "style") -> str:
+        """`what`: the word the front door uses (Wyoming says "speaker")."""
+        styles = self.styles(voice)
+        if not isinstance(style, str) or style not in styles:
+            raise SpeechError(f"unknown {what} {json.dumps(style, ensure_ascii=False)[:60]} of {voice}; "
+                              f"{what}s: {', '.join(styles)}", f"unknown-{what}")
+        return style
+
+    def choose(self, voice: str | None = None, style: str | None = None) -> Choice:
+        """The voice and style a request names (already checked), else the current ones."""
+        with self.lock:
+            name = voice or self.selection.voice
+            current_style = self.selection.style
+        try:
+            loaded = self.store.voice(name)
+        except (ModelError, ValueError) as e:
+            raise SpeechError(f"voice {name} cannot be used: {e}", "voice-error") from None
+        chosen = style or first_style(list(loaded.styles), current_style)
+        return Choice(name, chosen, loaded.sample_rate, tuple(voice_fingerprint(self.store, loaded)))
+
+    # --- audio ---------------------------------------------------------------------------
+
+    def utterance(self, text: str, choice: Choice, speed: float | None = None, progress=None) -> Utterance:
+        """`text` (checked) spoken with `choice`: from the phrase cache, else synthesized ahead."""
+        speed = self.speed if speed is None else speed
+        key = cache_key(text, choice.voice, choice.style, self.style_weight, speed, list(choice.fingerprint))
+        cached = self.cache.get(key, choice.sample_rate)
+        if cached is not None:
+            return Utterance(SynthesisAhead.of_chunks([cached], choice.sample_rate), True, None)
+        ahead = synthesize_ahead(self.engine, text, voice=choice.voice, progress=progress, style=choice.style,
+                                 style_weight=self.style_weight, speed=speed)
+        return Utterance(ahead, False, (self.cache, key, choice.sample_rate))
+
+    def pause_after(self, text: str, audio: np.ndarray, sample_rate: int) -> np.ndarray:
+        """The silence to put after `text` (spoken as `audio`) when more speech follows."""
+        samples = pause_samples(text, audio, sample_rate, 1.0 / self.speed)
+        return np.zeros(samples, dtype=np.float32)
+
+    # --- changing the selection (MQTT commands) ------------------------------------------
+
+    def set_volume(self, percent: float) -> None:
+        with self.lock:
+            self.selection.volume = check_number(percent, "volume", 0, 100) / 100
+            self.selection.save()
+
+    def set_voice(self, name) -> None:
+        self.check_voice(name)
+        try:
+            self.store.voice(name)  # load now: a broken voice is refused here
+        except (ModelError, ValueError) as e:
+            raise SpeechError(f"voice {name} cannot be used: {e}", "voice-error") from None
+        with self.lock:
+            self.selection.voice = name
+            styles = self.styles(name)
+            if self.selection.style not in styles:
+                self.selection.style = first_style(styles, self.default_style)
+            self.selection.save()
+
+    def set_style(self, style) -> None:
+        with self.lock:
+            self.check_style(style, self.selection.voice)
+            self.selection.style = style
+            self.selection.save()
+
+    def shown(self, name: str) -> str:
+        with self.lock:
+            return self.selection.shown(name)
+
+    def current_voice(self) -> str:
+        with self.lock:
+            return self.selection.voice
+
+    def current_volume(self) -> float:
+        with self.lock:
+            return self.selection.volume

@@ -1,0 +1,368 @@
+"""One Wyoming client connection: its requests, answered with audio from the speech service.
+
+Synthesis runs ahead of sending in a thread of its own (ahead.py). Home
+Assistant plays streamed audio as it arrives, so each sentence goes out once
+it can flow to its end at real-time pace; inside a sentence each piece is
+sent at once.
+
+A bad request (unknown voice or speaker, empty or too long text, text with
+nothing to say) is answered with an `error` event and the connection is
+closed, as Home Assistant waits for audio until then; a malformed event the
+same. A client that goes away mid-stream stops its synthesis at the next
+engine step. Every failure is logged in one line, and the server goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+import numpy as np
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.error import Error
+from wyoming.event import Event, async_write_event
+from wyoming.info import Describe
+from wyoming.ping import Ping, Pong
+from wyoming.server import AsyncEventHandler
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
+
+from ..audio import to_pcm16
+from ..engine import TextError, split_sentences
+from ..speech import Choice, SpeechError, SpeechService
+from .announce import LANGUAGES
+from .events import RequestError, read_event
+
+log = logging.getLogger("hayakoe_pi.wyoming")
+
+SAMPLES_PER_CHUNK = 1024  # per audio-chunk event (23 ms at 44.1 kHz)
+DRAIN_BEFORE_CLOSE_SECONDS = 2.0
+IDLE_SECONDS = 120.0  # a client that sends nothing for this long is disconnected
+MAX_CLIENTS = 16  # connections at once; more are refused with an error
+WAIT_SECONDS = 0.02  # how often a waiting sentence is looked at again
+_SENTENCE_END_RE = re.compile(r"[。！？!?\n]")
+
+
+def ready_text(buffer: str) -> tuple[str, str]:
+    """(text up to and including the last sentence end, the rest): a streamed text is
+    synthesized up to its last sentence end as soon as that arrives."""
+    last = None
+    for last in _SENTENCE_END_RE.finditer(buffer):
+        pass
+    if last is None:
+        return "", buffer
+    return buffer[:last.end()], buffer[last.end():]
+
+
+@dataclass
+class Connections:
+    """Clients connected now (every handler runs on the server's one loop)."""
+
+    count: int = 0
+
+
+@dataclass
+class AudioOut:
+    """The audio stream of the request being answered."""
+
+    rate: int
+    started: bool = False
+    samples_sent: int = 0
+    play_end: float = 0.0  # when the client will have played what was sent, if it plays on arrival
+
+
+@dataclass
+class StreamedRequest:
+    """synthesize-start … synthesize-stop: text arriving in chunks, spoken sentence by sentence."""
+
+    choice: Choice
+    pieces: asyncio.Queue = field(default_factory=asyncio.Queue)  # text ready to speak; None ends it
+    task: asyncio.Task | None = None
+    pending: str = ""  # received, not yet handed to synthesis
+    chars: int = 0
+    had_text: bool = False  # a piece with text was handed to synthesis
+
+
+class Handler(AsyncEventHandler):
+    """One client connection."""
+
+    def __init__(self, reader, writer, speech: SpeechService, pool: Executor, connections: Connections,
+                 describe):
+        super().__init__(reader, writer)
+        self.speech, self.pool, self.connections, self.describe = speech, pool, connections, describe
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.out: AudioOut | None = None
+        self.stream: StreamedRequest | None = None
+
+    async def _blocking(self, function, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
+
+    # connection ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        log.debug("wyoming: %s connected", self.peer)
+        if self.connections.count >= MAX_CLIENTS:
+            log.warning("wyoming: %s refused: %d clients connected already", self.peer, self.connections.count)
+            await self._close_with_error(f"busy: {MAX_CLIENTS} clients connected; try again later", "busy")
+            self.writer.close()
+            return
+        self.connections.count += 1
+        try:
+            while True:
+                try:
+                    try:
+                        event = await asyncio.wait_for(read_event(self.reader), IDLE_SECONDS)
+                    except asyncio.TimeoutError:
+                        log.info("wyoming: %s idle for %g s: disconnected", self.peer, IDLE_SECONDS)
+                        break
+                    if event is None:
+                        break
+                    if not await self.handle_event(event):
+                        break
+                except RequestError as e:
+                    log.warning("wyoming: %s: %s", self.peer, e)
+                    self._abandon_stream()
+                    await self._close_with_error(str(e), e.code)
+                    return
+        except (ConnectionError, OSError) as e:
+            log.warning("wyoming: %s went away: %s", self.peer, e.strerror or type(e).__name__)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a bug must not end the server
+            log.exception("wyoming: internal error with %s", self.peer)
+            self._abandon_stream()
+            await self._close_with_error(f"internal error: {type(e).__name__}: {e}", "internal-error")
+        finally:
+            self.connections.count -= 1
+            self._abandon_stream()
+            self.writer.close()
+            log.debug("wyoming: %s disconnected", self.peer)
+
+    def _abandon_stream(self) -> None:
+        """Stop the synthesis of a streamed request that will not be finished."""
+        stream, self.stream = self.stream, None
+        task = stream.task if stream is not None else None
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+            log.info("wyoming: %s: streamed request abandoned", self.peer)
+        elif not task.cancelled() and task.exception() is not None:  # the cause was logged already
+            log.debug("wyoming: %s: streamed synthesis ended with %r", self.peer, task.exception())
+
+    async def write_event(self, event: Event) -> None:
+        await async_write_event(event, self.writer)
+
+    async def _close_with_error(self, text: str, code: str) -> None:
+        """Send an error, say nothing more is coming, and let the client read it before closing."""
+        try:
+            await self.write_event(Error(text=text, code=code).event())
+            if self.writer.can_write_eof():
+                self.writer.write_eof()
+            # read what the client still sends, so closing does not reset the connection
+            # (which could discard the error before the client reads it)
+            deadline = time.monotonic() + DRAIN_BEFORE_CLOSE_SECONDS
+            while (left := deadline - time.monotonic()) > 0:
+                if not await asyncio.wait_for(self.reader.read(65536), left):
+                    break
+        except (asyncio.TimeoutError, ConnectionError, OSError):
+            pass
+
+    # events --------------------------------------------------------------------------
+
+    async def handle_event(self, event: Event) -> bool:
+        if Describe.is_type(event.type):
+            await self.write_event((await self._blocking(self.describe)).event())
+        elif Ping.is_type(event.type):
+            await self.write_event(Pong(text=event.data.get("text")).event())
+        elif Synthesize.is_type(event.type):
+            if self.stream is not None:
+                # Home Assistant repeats the whole streamed text for older servers: already spoken
+                log.debug("wyoming: %s: synthesize inside a streamed request ignored", self.peer)
+            else:
+                await self._synthesize(event)
+        elif SynthesizeStart.is_type(event.type):
+            await self._stream_start(event)
+        elif SynthesizeChunk.is_type(event.type):
+            self._stream_chunk(event)
+        elif SynthesizeStop.is_type(event.type):
+            await self._stream_stop()
+        else:
+            log.warning("wyoming: %s: unknown event type %r", self.peer, event.type[:60])
+            await self.write_event(Error(text=f"unknown event type {event.type[:60]!r}",
+                                         code="unknown-event").event())
+        return True
+
+    def _choose_now(self, data: dict) -> Choice:
+        """The voice and speaker (style) a request names, else the current ones (blocking: may load a voice)."""
+        voice = data.get("voice")
+        name = speaker = None
+        if voice is not None:
+            if not isinstance(voice, dict):
+                raise RequestError("'voice' must be an object", "bad-voice")
+            name, language, speaker = voice.get("name"), voice.get("language"), voice.get("speaker")
+            if name is not None:
+                name = self.speech.check_voice(name)
+            elif language is not None and str(language).split("-")[0].split("_")[0].lower() not in LANGUAGES:
+                raise RequestError(f"language {str(language)[:20]!r} not supported; only ja", "unknown-language")
+            if speaker is not None:
+                self.speech.check_style(speaker, name or self.speech.current_voice(), what="speaker")
+        return self.speech.choose(name, speaker)
+
+    async def _choose(self, data: dict) -> Choice:
+        return await self._checked(self._blocking(self._choose_now, data))
+
+    @staticmethod
+    async def _checked(awaitable):
+        """The speech service's refusals as this protocol's (answered, then the connection closes)."""
+        try:
+            return await awaitable
+        except SpeechError as e:
+            raise RequestError(str(e), e.code) from None
+
+    @staticmethod
+    def _checked_now(check, *args):
+        try:
+            return check(*args)
+        except SpeechError as e:
+            raise RequestError(str(e), e.code) from None
+
+    async def _synthesize(self, event: Event) -> None:
+        text = self._checked_now(self.speech.check_text, event.data.get("text"))
+        choice = await self._choose(event.data)
+        started = time.monotonic()
+        self.out = AudioOut(choice.sample_rate)
+        cached, _ = await self._speak(text, choice, errors=True)
+        await self._end_audio()
+        log.info("wyoming: %s: spoke %d characters with %s/%s%s in %.2f s", self.peer, len(text),
+                 choice.voice, choice.style, " (cached)" if cached else "", time.monotonic() - started)
+
+    async def _stream_start(self, event: Event) -> None:
+        if self.stream is not None:
+            raise RequestError("synthesize-start: a streamed request is already open", "bad-sequence")
+        choice = await self._choose(event.data)
+        self.out = AudioOut(choice.sample_rate)
+        self.stream = StreamedRequest(choice)
+        self.stream.task = asyncio.create_task(self._stream_speak(self.stream))
+        log.debug("wyoming: %s: streamed request with %s/%s", self.peer, choice.voice, choice.style)
+
+    def _stream_chunk(self, event: Event) -> None:
+        stream = self.stream
+        if stream is None:
+            raise RequestError("synthesize-chunk without synthesize-start", "bad-sequence")
+        text = event.data.get("text")
+        self._checked_now(self.speech.check_part, text, stream.chars)
+        stream.chars += len(text)
+        if stream.task.done():  # failed: the error comes out at the stop
+            return
+        ready, stream.pending = ready_text(stream.pending + text)
+        if ready.strip():
+            stream.pieces.put_nowait(ready)
+        elif ready:
+            stream.pending = ready + stream.pending
+
+    async def _stream_stop(self) -> None:
+        stream = self.stream
+        if stream is None:
+            raise RequestError("synthesize-stop without synthesize-start", "bad-sequence")
+        if stream.pending.strip():
+            stream.pieces.put_nowait(stream.pending)
+        stream.pieces.put_nowait(None)
+        spoken = await stream.task
+        self.stream = None
+        if not spoken:
+            if stream.had_text:
+                raise RequestError("cannot speak this text: nothing readable in it", "bad-text")
+            raise RequestError("empty text: nothing to speak", "empty-text")
+        await self._end_audio()
+        await self.write_event(SynthesizeStopped().event())
+        log.info("wyoming: %s: spoke a streamed text of %d characters with %s/%s", self.peer,
+                 stream.chars, stream.choice.voice, stream.choice.style)
+
+    async def _stream_speak(self, stream: StreamedRequest) -> int:
+        """Speak the pieces as they come; returns how many were spoken."""
+        spoken = 0
+        pause = None  # after the last piece spoken, sent once the next has something to say
+        while (piece := await stream.pieces.get()) is not None:
+            piece = piece.strip()
+            if not piece:
+                continue
+            stream.had_text = True
+            result = await self._speak(piece, stream.choice, errors=False, lead=pause)
+            if result is not None:
+                spoken += 1
+                pause = self.speech.pause_after(split_sentences(piece)[-1], result[1], stream.choice.sample_rate)
+        return spoken
+
+    # audio ---------------------------------------------------------------------------
+
+    async def _send_audio(self, audio: np.ndarray) -> None:
+        out = self.out
+        if not out.started:
+            # sent with the first audio, so a request refused by the engine gets only its error
+            await self.write_event(AudioStart(rate=out.rate, width=2, channels=1, timestamp=0).event())
+            out.started = True
+        out.play_end = max(out.play_end, time.monotonic()) + audio.size / out.rate
+        pcm = to_pcm16(audio).tobytes()
+        step = SAMPLES_PER_CHUNK * 2
+        for i in range(0, len(pcm), step):
+            timestamp = out.samples_sent * 1000 // out.rate
+            out.samples_sent += len(pcm[i:i + step]) // 2
+            await self.write_event(AudioChunk(rate=out.rate, width=2, channels=1, audio=pcm[i:i + step],
+                                              timestamp=timestamp).event())
+
+    async def _end_audio(self) -> None:
+        out = self.out
+        if not out.started:
+            await self.write_event(AudioStart(rate=out.rate, width=2, channels=1, timestamp=0).event())
+            out.started = True
+        await self.write_event(AudioStop(timestamp=out.samples_sent * 1000 // out.rate).event())
+
+    async def _speak(self, text: str, choice: Choice, errors: bool,
+                     lead: np.ndarray | None = None) -> tuple[bool, np.ndarray] | None:
+        """Send `text` spoken, from the phrase cache or as the engine yields it.
+
+        Returns (from the cache?, the last audio sent: the pause after it depends
+        on how it ends), or None when the engine refused the text and `errors`
+        is false (a streamed piece with nothing to say: logged and skipped); with
+        `errors` true that raises RequestError. `lead` (silence) goes out just
+        before the first audio.
+        """
+        utterance = await self._blocking(self.speech.utterance, text, choice)
+        ahead = utterance.ahead
+        index = samples = 0
+        last = None
+        sent_all = False
+        try:
+            while True:
+                piece = ahead.get(index, timeout=0.0)
+                if piece is None and ahead.at_end(index):
+                    sent_all = True
+                    break
+                # Home Assistant plays the audio as it arrives, with no buffer of its own:
+                # a sentence goes out once it can flow to its end at the client's pace
+                if piece is None or (not utterance.cached and piece.starts_sentence and
+                                     not ahead.can_flow(index, max(self.out.play_end, time.monotonic()))):
+                    await asyncio.sleep(WAIT_SECONDS)
+                    continue
+                if index == 0 and lead is not None and lead.size:
+                    await self._send_audio(lead)
+                await self._send_audio(piece.audio)
+                last = piece.audio
+                index, samples = index + 1, samples + piece.audio.size
+                ahead.played(samples)
+        except (TextError, ValueError) as e:
+            if errors:
+                raise RequestError(f"cannot speak this text: {e}", "bad-text") from None
+            log.info("wyoming: %s: skipped %r: %s", self.peer, text[:40], e)
+            return None
+        finally:
+            if sent_all:  # store it (file I/O, in the pool)
+                await self._blocking(utterance.close, True)
+            else:  # also when the client went away: synthesis stops after the step in progress
+                utterance.close(False)
+        return utterance.cached, last
