@@ -46,7 +46,9 @@ CACHE_DIR="$ROOT/var/cache/hayakoe-pi"
 UNIT="$ROOT/etc/systemd/system/hayakoe-pi.service"
 MOSQUITTO_CONF="$ROOT/etc/mosquitto/conf.d/hayakoe-pi.conf"
 APT_PACKAGES=(python3-venv python3-pip libportaudio2 alsa-utils curl ca-certificates)
-DEFAULT_VOICE=jvnv-F1-jp
+# The model layout and the default voice come from the package (the system python3 runs it)
+layout() { python3 "$SRC/hayakoe_pi/layout.py" "$@"; }
+DEFAULT_VOICE="$(layout default-voice)" || { echo "install.sh: error: python3 not found" >&2; exit 1; }
 # without systemd, which otherwise makes mosquitto's /run folder for its pid file
 MOSQUITTO_BY_HAND="sudo install -d -o mosquitto /run/mosquitto && sudo mosquitto -d -c /etc/mosquitto/mosquitto.conf"
 
@@ -442,16 +444,9 @@ EOF
 fi
 
 # --- models ---------------------------------------------------------------------------
-REQUIRED_FILES=(
-    onnx/bert/q8/bert_q8.onnx
-    bert/tokenizer/vocab.txt
-    bert/tokenizer/tokenizer_config.json
-    bert/tokenizer/special_tokens_map.json
-    "onnx/speakers/$VOICE/synthesizer.onnx"
-    "onnx/speakers/$VOICE/config.json"
-    "onnx/speakers/$VOICE/style_vectors.npy"
-)
-OPTIONAL_FILES=("onnx/speakers/$VOICE/duration_predictor.onnx")
+mapfile -t REQUIRED_FILES < <(layout required "$VOICE")
+mapfile -t OPTIONAL_FILES < <(layout optional "$VOICE")
+[ ${#REQUIRED_FILES[@]} -gt 0 ] || die "cannot read the model layout from $SRC/hayakoe_pi/layout.py"
 
 # Does file $1 have size $2 and sha256 $3 (each checked only when not empty)?
 # On a mismatch MISMATCH says how.

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from .engine import SPEED_RANGE
+from .layout import DEFAULT_VOICE
 from .models import SPEAKERS_DIR, installed_voices
 
 
@@ -41,7 +42,7 @@ SCHEMA: dict[str, Any] = {
     },
     "models": {"dir": ("/var/lib/hayakoe-pi/models", str)},
     "voice": {
-        "name": ("jvnv-F1-jp", str),
+        "name": (DEFAULT_VOICE, str),
         "style": ("Neutral", str),
         "style_weight": (1.0, _NUMBER, (0.0, 20.0)),
         "speed": (1.0, _NUMBER, SPEED_RANGE),

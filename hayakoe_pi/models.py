@@ -1,10 +1,6 @@
 """Loading HayaKoe-layout model files into ONNX Runtime sessions.
 
-Layout of a models directory (as published in lemondouble/hayakoe):
-    onnx/bert/q8/bert_q8.onnx
-    bert/tokenizer/vocab.txt
-    onnx/speakers/<voice>/synthesizer.onnx, config.json, style_vectors.npy
-                          [duration_predictor.onnx]
+A models directory has the layout published in lemondouble/hayakoe (layout.py).
 Every problem with these files is reported as one ModelError naming the file
 and what is wrong with it.
 """
@@ -22,13 +18,14 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from . import layout
 from .split import cached_split, decoder_margin
 from .weights import durable_replace, prepared_whole
 from .text import FrontEnd, VocabError
 
-BERT_PATH = Path("onnx/bert/q8/bert_q8.onnx")
-VOCAB_PATH = Path("bert/tokenizer/vocab.txt")
-SPEAKERS_DIR = Path("onnx/speakers")
+BERT_PATH = Path(layout.BERT_PATH)
+VOCAB_PATH = Path(layout.VOCAB_PATH)
+SPEAKERS_DIR = Path(layout.SPEAKERS_DIR)
 SYNTH_INPUTS = (
     "x", "x_lengths", "sid", "tone", "language", "bert", "style_vec",
     "noise_scale", "length_scale", "noise_scale_w", "sdp_ratio",
@@ -254,11 +251,8 @@ class Bert:
 @dataclass
 class Voice:
     name: str
-    directory: Path
-    config: dict
     sample_rate: int
     hop_length: int
-    add_blank: bool
     speakers: dict[str, int]
     styles: dict[str, int]
     style_vectors: np.ndarray  # [num_styles, style_dim]; row 0 is the mean
@@ -429,9 +423,8 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
 
     speakers = data.get("spk2id") or {name: 0}
     return Voice(
-        name=name, directory=directory, config=config,
-        sample_rate=data["sampling_rate"], hop_length=data["hop_length"],
-        add_blank=bool(data.get("add_blank", True)), speakers=dict(speakers), styles=styles,
+        name=name, sample_rate=data["sampling_rate"], hop_length=data["hop_length"],
+        speakers=dict(speakers), styles=styles,
         style_vectors=vectors.astype(np.float32), synth=synth, synth_outputs=outputs,
         decoder=decoder, decoder_inputs=decoder_inputs, decoder_margin=margin, files=files,
         tuning=tuning,
