@@ -83,6 +83,19 @@ def discovery_messages(topics: Topics, client_id: str, voices: list[str],
     ]
 
 
+def _client(mqtt_config: dict, client_id: str, clean_session: bool) -> paho.Client:
+    """A client with the configured credentials and TLS."""
+    c = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=clean_session,
+                    protocol=paho.MQTTv311)
+    if mqtt_config["username"] is not None:
+        c.username_pw_set(mqtt_config["username"], mqtt_config["password"])
+    tls = mqtt_config["tls"]
+    if tls["enabled"]:
+        c.tls_set(ca_certs=tls["ca_file"], cert_reqs=ssl.CERT_REQUIRED)
+        c.tls_insecure_set(bool(tls["insecure"]))
+    return c
+
+
 class BrokerLink:
     """A persistent-session connection that reconnects by itself with backoff.
 
@@ -99,15 +112,8 @@ class BrokerLink:
         self.connected = False
         self._stopping = False
         self._recent: OrderedDict = OrderedDict()  # (packet id, topic, payload hash) lately seen
-        c = paho.Client(CallbackAPIVersion.VERSION2, client_id=mqtt_config["client_id"],
-                        clean_session=False, protocol=paho.MQTTv311)
+        c = _client(mqtt_config, mqtt_config["client_id"], clean_session=False)
         c.will_set(topics.status, "offline", qos=1, retain=True)
-        if mqtt_config["username"] is not None:
-            c.username_pw_set(mqtt_config["username"], mqtt_config["password"])
-        tls = mqtt_config["tls"]
-        if tls["enabled"]:
-            c.tls_set(ca_certs=tls["ca_file"], cert_reqs=ssl.CERT_REQUIRED)
-            c.tls_insecure_set(bool(tls["insecure"]))
         c.reconnect_delay_set(min_delay=1, max_delay=60)
         c.max_queued_messages_set(1000)
         c.on_connect = self._connected
@@ -193,13 +199,8 @@ def _connect_once(mqtt_config: dict, client_id: str, timeout: float,
 
     result: dict = {}
     done = threading.Event()
-    c = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=True)
+    c = _client(mqtt_config, client_id, clean_session=True)
     c.connect_timeout = timeout
-    if mqtt_config["username"] is not None:
-        c.username_pw_set(mqtt_config["username"], mqtt_config["password"])
-    if mqtt_config["tls"]["enabled"]:
-        c.tls_set(ca_certs=mqtt_config["tls"]["ca_file"], cert_reqs=ssl.CERT_REQUIRED)
-        c.tls_insecure_set(bool(mqtt_config["tls"]["insecure"]))
 
     def connected(client, userdata, flags, reason_code, properties):
         result["rc"] = reason_code
