@@ -27,7 +27,7 @@ from .audio import AudioError, Player, check_device, rescan_devices
 from .cache import PhraseCache
 from .engine import TextError
 from .models import ModelStore
-from .mqtt import SETTINGS, BrokerLink, Topics, discovery_messages
+from .mqtt import SELECTION, BrokerLink, Topics, discovery_messages
 from .mqtt_api import PayloadError, SayRequest, error_event, event, parse_say, parse_volume
 from .speech import SavedSelection, SpeechError, SpeechService
 
@@ -130,9 +130,9 @@ class Daemon:
             if payload.strip() == b"online":  # Home Assistant restarted: announce again
                 self._publish_discovery()
         else:
-            for name in SETTINGS:
+            for name in SELECTION:
                 if topic == t.setting_set(name):
-                    self.control.submit(self._apply_setting, name, payload)
+                    self.control.submit(self._change_selection, name, payload)
 
     def submit(self, payload: bytes, play: bool = True) -> SayRequest | None:
         try:
@@ -171,9 +171,9 @@ class Daemon:
             self._error("cancelled: stop requested", request.id, request.text)
         log.info("stop: cut the current utterance, %d queued cancelled", len(cancelled))
 
-    # --- settings (control thread) -------------------------------------------------------
+    # --- voice, style, volume (control thread) -------------------------------------------------------
 
-    def _apply_setting(self, name: str, payload: bytes) -> None:
+    def _change_selection(self, name: str, payload: bytes) -> None:
         try:
             if name == "volume":
                 self.speech.set_volume(parse_volume(payload))
@@ -186,7 +186,7 @@ class Daemon:
             log.info("%s set to %s", name, self.speech.shown(name))
             if name == "voice":
                 self._publish_discovery()  # the style list follows the voice
-        self._publish_settings()  # on refusal too, so Home Assistant shows the real value
+        self._publish_selection()  # on refusal too, so Home Assistant shows the real value
 
     # --- speaking (worker thread) --------------------------------------------------------
 
@@ -283,11 +283,11 @@ class Daemon:
     def _on_connected(self) -> None:
         self.link.publish(self.topics.status, "online", retain=True)
         self._publish_state("speaking" if self.busy else "idle")
-        self._publish_settings()
+        self._publish_selection()
         self._publish_discovery()
 
-    def _publish_settings(self) -> None:
-        for name in SETTINGS:
+    def _publish_selection(self) -> None:
+        for name in SELECTION:
             self.link.publish(self.topics.setting(name), self.speech.shown(name), retain=True)
 
     def _publish_state(self, state: str) -> None:

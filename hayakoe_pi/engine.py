@@ -34,7 +34,8 @@ MAX_BERT_CHARS = 510
 # attention grows with the square of the sentence length.
 MAX_SENTENCE_CHARS = 160
 
-_SENTENCE_END_RE = re.compile(r"(?<=[。！？!?\n])")
+SENTENCE_ENDS = "。！？!?\n"  # a sentence ends after one of these (also in streamed Wyoming text)
+_AFTER_SENTENCE_END_RE = re.compile(f"(?<=[{SENTENCE_ENDS}])")
 _CLAUSE_END_RE = re.compile(r"(?<=[、，,;；:：])")
 _SPEECH_RE = re.compile(r"[ぁ-ゖァ-ヺ一-鿿㐀-䶿々〆〇A-Za-z0-9０-９Ａ-Ｚａ-ｚｦ-ﾟ]")
 
@@ -71,7 +72,7 @@ def split_sentences(text: str) -> list[str]:
     """
     sentences: list[str] = []
     leading = ""
-    for piece in _SENTENCE_END_RE.split(text):
+    for piece in _AFTER_SENTENCE_END_RE.split(text):
         if not _SPEECH_RE.search(piece):
             if sentences:
                 sentences[-1] += piece

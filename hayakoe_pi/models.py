@@ -343,10 +343,7 @@ def read_tuning(folder: Path) -> dict | None:
         return None
 
 
-def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
-               derived_dir: Path | None = None) -> Voice:
-    """One voice's sessions. With `derived_dir`, from what prepare made there: the
-    decoder apart (run in windows) in the form tuned for this CPU, optimized copies."""
+def _voice_directory(models_dir: Path, name: str) -> Path:
     if not name or name.startswith(".") or any(c in name for c in "/\\\0"):
         raise ModelError(f"invalid voice name {name!r}: a voice is a folder name under {SPEAKERS_DIR}")
     directory = models_dir / SPEAKERS_DIR / name
@@ -356,17 +353,15 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
             f"voice {name!r} not found in {models_dir / SPEAKERS_DIR}; "
             f"installed voices: {', '.join(installed) or 'none'}"
         )
-    config_path = directory / "config.json"
-    config = read_config(config_path)
-    data = config["data"]
-    styles = dict(data["style2id"])
-    num_styles = data.get("num_styles", len(styles))
+    return directory
+
+
+def _style_vectors(vectors_path: Path, config_path: Path, styles: dict, num_styles: int) -> np.ndarray:
+    """The voice's style vectors, checked against its config.json."""
     if num_styles != len(styles):
         raise ModelError(
             f"voice config {config_path}: num_styles is {num_styles} but style2id lists {len(styles)} styles"
         )
-
-    vectors_path = directory / "style_vectors.npy"
     if not vectors_path.is_file():
         raise ModelError(f"style vectors not found: {vectors_path}")
     try:
@@ -383,11 +378,12 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
     bad_ids = [s for s, i in styles.items() if not (isinstance(i, int) and 0 <= i < num_styles)]
     if bad_ids:
         raise ModelError(f"voice config {config_path}: style ids out of range for {', '.join(bad_ids)}")
+    return vectors.astype(np.float32)
 
-    synth_path = directory / "synthesizer.onnx"
-    parts = cached_split(synth_path, derived_dir) if derived_dir and synth_path.is_file() else None
-    whole = None if parts else _prepared(prepared_whole, synth_path, derived_dir, "synthesizer")
-    synth = open_session(synth_path, "synthesizer", parts.front if parts else whole)
+
+def _check_synthesizer(synth: ort.InferenceSession, synth_path: Path, vectors_path: Path, style_dim: int,
+                       bert_hidden: int | None) -> None:
+    """The synthesizer takes JP-Extra's inputs, of the style vectors' and BERT's sizes."""
     inputs = [i.name for i in synth.get_inputs()]
     missing = [n for n in SYNTH_INPUTS if n not in inputs]
     if missing:
@@ -395,11 +391,10 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
             f"synthesizer {synth_path} lacks the inputs {', '.join(missing)}; "
             "it is not a Style-Bert-VITS2 JP-Extra export"
         )
-    style_dim = _input_dim(synth, "style_vec", 1)
-    if isinstance(style_dim, int) and style_dim != vectors.shape[1]:
+    expected_style = _input_dim(synth, "style_vec", 1)
+    if isinstance(expected_style, int) and expected_style != style_dim:
         raise ModelError(
-            f"style vectors {vectors_path} are {vectors.shape[1]}-dimensional but "
-            f"{synth_path} expects {style_dim}"
+            f"style vectors {vectors_path} are {style_dim}-dimensional but {synth_path} expects {expected_style}"
         )
     bert_dim = _input_dim(synth, "bert", 1)
     if bert_hidden is not None and isinstance(bert_dim, int) and isinstance(bert_hidden, int) \
@@ -407,6 +402,25 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
         raise ModelError(
             f"synthesizer {synth_path} expects {bert_dim}-d BERT features, the BERT model gives {bert_hidden}"
         )
+
+
+def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
+               derived_dir: Path | None = None) -> Voice:
+    """One voice's sessions. With `derived_dir`, from what prepare made there: the
+    decoder apart (run in windows) in the form tuned for this CPU, optimized copies."""
+    directory = _voice_directory(models_dir, name)
+    config_path = directory / "config.json"
+    config = read_config(config_path)
+    data = config["data"]
+    styles = dict(data["style2id"])
+    vectors_path = directory / "style_vectors.npy"
+    vectors = _style_vectors(vectors_path, config_path, styles, data.get("num_styles", len(styles)))
+
+    synth_path = directory / "synthesizer.onnx"
+    parts = cached_split(synth_path, derived_dir) if derived_dir and synth_path.is_file() else None
+    whole = None if parts else _prepared(prepared_whole, synth_path, derived_dir, "synthesizer")
+    synth = open_session(synth_path, "synthesizer", parts.front if parts else whole)
+    _check_synthesizer(synth, synth_path, vectors_path, vectors.shape[1], bert_hidden)
     outputs = [o.name for o in synth.get_outputs()]
     decoder, decoder_inputs, margin, tuning = None, (), 0, None
     if parts:
@@ -419,15 +433,11 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
 
     # duration_predictor.onnx, when present, is not loaded: the synthesizer's own
     # timing and our pause table do its job here, and it would cost memory.
-    files = [config_path, vectors_path, synth_path]
-
-    speakers = data.get("spk2id") or {name: 0}
     return Voice(
         name=name, sample_rate=data["sampling_rate"], hop_length=data["hop_length"],
-        speakers=dict(speakers), styles=styles,
-        style_vectors=vectors.astype(np.float32), synth=synth, synth_outputs=outputs,
-        decoder=decoder, decoder_inputs=decoder_inputs, decoder_margin=margin, files=files,
-        tuning=tuning,
+        speakers=dict(data.get("spk2id") or {name: 0}), styles=styles, style_vectors=vectors,
+        synth=synth, synth_outputs=outputs, decoder=decoder, decoder_inputs=decoder_inputs,
+        decoder_margin=margin, files=[config_path, vectors_path, synth_path], tuning=tuning,
     )
 
 

@@ -40,10 +40,10 @@ class Topics:
         return f"{self.prefix}/{name}/set"
 
     def subscriptions(self) -> list[str]:
-        return [self.say, self.stop, self.prepare, *(self.setting_set(s) for s in SETTINGS), self.ha_status]
+        return [self.say, self.stop, self.prepare, *(self.setting_set(s) for s in SELECTION), self.ha_status]
 
 
-SETTINGS = ("volume", "voice", "style")
+SELECTION = ("volume", "voice", "style")  # what Home Assistant sets and sees (retained)
 
 
 def node_id(client_id: str) -> str:
@@ -236,7 +236,7 @@ def probe_broker(mqtt_config: dict, timeout: float = 5.0) -> tuple[bool, str]:
 def retained_topics(topics: Topics, client_id: str) -> list[str]:
     """Every topic the daemon publishes retained: its discovery configs, status, state, settings."""
     return [topic for topic, _ in discovery_messages(topics, client_id, [], [])] + \
-        [topics.status, topics.state, *(topics.setting(s) for s in SETTINGS)]
+        [topics.status, topics.state, *(topics.setting(s) for s in SELECTION)]
 
 
 def forget_device(mqtt_config: dict, timeout: float = 10.0) -> tuple[bool, str]:

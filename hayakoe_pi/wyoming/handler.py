@@ -31,7 +31,7 @@ from wyoming.server import AsyncEventHandler
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
 from ..audio import to_pcm16
-from ..engine import TextError, split_sentences
+from ..engine import SENTENCE_ENDS, TextError, split_sentences
 from ..speech import Choice, SpeechError, SpeechService
 from .announce import LANGUAGES
 from .events import RequestError, read_event
@@ -43,7 +43,7 @@ DRAIN_BEFORE_CLOSE_SECONDS = 2.0
 IDLE_SECONDS = 120.0  # a client that sends nothing for this long is disconnected
 MAX_CLIENTS = 16  # connections at once; more are refused with an error
 WAIT_SECONDS = 0.02  # how often a waiting sentence is looked at again
-_SENTENCE_END_RE = re.compile(r"[。！？!?\n]")
+_SENTENCE_END_RE = re.compile(f"[{SENTENCE_ENDS}]")
 
 
 def ready_text(buffer: str) -> tuple[str, str]:
