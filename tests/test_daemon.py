@@ -75,11 +75,11 @@ def test_json_request_with_settings_and_id(app):
     ("。。。！", "nothing to speak"),
 ])
 def test_unspeakable_payloads_get_an_error_and_the_next_is_spoken(app, payload, reason):
-    app.probe.publish("say", payload)
-    error = app.probe.next_event(event="error")
-    assert reason in error["error"]
-    app.probe.publish("say", {"text": "はい。", "id": f"after-{free_port()}"})
-    ok = app.probe.next_event(event="finished")
+    error = app.probe.reply("say", payload)  # the answer to this payload, not any error
+    assert error["event"] == "error" and reason in error["error"], error
+    after = f"after-{free_port()}"
+    app.probe.publish("say", {"text": "はい。", "id": after})
+    ok = app.probe.next_event(event="finished", id=after)
     assert ok["text"] == "はい。"
     assert app.daemon.proc.poll() is None
 
@@ -149,12 +149,12 @@ def test_settings_are_validated_persisted_and_retained(app):
     probe = app.probe
     probe.publish("volume/set", "35")
     wait_for(lambda: probe.last("volume") == b"35", 10, what="volume state")
-    probe.publish("volume/set", "150")
-    assert "volume" in probe.next_event(event="error")["error"]
+    error = probe.reply("volume/set", "150")
+    assert error["event"] == "error" and "volume" in error["error"], error
     probe.publish("voice/set", "tiny-voice-nodur")
     wait_for(lambda: probe.last("voice") == b"tiny-voice-nodur", 30, what="voice state")
-    probe.publish("voice/set", "no-such-voice")
-    assert "unknown voice" in probe.next_event(event="error")["error"]
+    error = probe.reply("voice/set", "no-such-voice")
+    assert error["event"] == "error" and "unknown voice" in error["error"], error
     probe.publish("style/set", "Angry")
     wait_for(lambda: probe.last("style") == b"Angry", 10, what="style state")
     state = json.loads((app.work / "state" / "state.json").read_text())

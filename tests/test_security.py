@@ -265,8 +265,8 @@ def test_voice_set_from_payload_is_never_a_path_or_command(app, bait):
     before = watched(app)
     for voice in bait.values:
         mark = len(app.probe.messages)
-        app.probe.publish("voice/set", voice)
-        error = app.probe.next_event(event="error", timeout=10)
+        error = app.probe.reply("voice/set", voice, timeout=10)
+        assert error["event"] == "error", (voice, error)
         assert "voice not changed" in error["error"] and "unknown voice" in error["error"], (voice, error)
         # the real value is published again
         wait_for(lambda: any(t == f"{app.prefix}/voice" for t, _, _ in app.probe.messages[mark:]), 10,
