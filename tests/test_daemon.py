@@ -147,6 +147,20 @@ def test_prepare_fills_the_cache_without_playing(app):
 
 def test_settings_are_validated_persisted_and_retained(app):
     probe = app.probe
+    wait_for(lambda: all(probe.last(n) is not None for n in ("volume", "voice", "style")), 10,
+             what="the settings")
+    initial = {n: probe.last(n) for n in ("volume", "voice", "style")}
+    try:
+        _change_settings(app)
+    finally:  # the tests after this one hear the module's daemon as it was
+        for name in ("voice", "style", "volume"):  # the style after the voice: it must be one of its
+            if probe.last(name) != initial[name]:
+                probe.publish(f"{name}/set", initial[name])
+                wait_for(lambda: probe.last(name) == initial[name], 30, what=f"{name} restored")
+
+
+def _change_settings(app):
+    probe = app.probe
     probe.publish("volume/set", "35")
     wait_for(lambda: probe.last("volume") == b"35", 10, what="volume state")
     error = probe.reply("volume/set", "150")
@@ -162,8 +176,6 @@ def test_settings_are_validated_persisted_and_retained(app):
     assert stat.S_IMODE((app.work / "state" / "state.json").stat().st_mode) == 0o600
     probe.publish("say", {"text": "声が変わりました。", "id": "v-1"})
     probe.next_event(event="finished", id="v-1")
-    probe.publish("voice/set", "tiny-voice")
-    wait_for(lambda: probe.last("voice") == b"tiny-voice", 30, what="voice state")
 
 
 def test_home_assistant_discovery(app):
@@ -198,14 +210,14 @@ def test_home_assistant_discovery(app):
         late.close()
 
 
-def test_sigterm_goes_offline_and_exits(app):
-    # last test of the module: it ends the daemon
-    app.probe.publish("say", {"text": LONG_TEXT, "id": "term"})
-    app.probe.next_event(event="started", id="term")
-    started = time.monotonic()
-    assert app.daemon.stop() == 0
-    assert time.monotonic() - started < 2.5
-    wait_for(lambda: app.probe.last("status") == b"offline", 5, what="offline status")
+def test_sigterm_goes_offline_and_exits(tmp_path):
+    with appliance(tmp_path) as app:  # its own daemon: it ends it
+        app.probe.publish("say", {"text": LONG_TEXT, "id": "term"})
+        app.probe.next_event(event="started", id="term")
+        started = time.monotonic()
+        assert app.daemon.stop() == 0
+        assert time.monotonic() - started < 2.5
+        wait_for(lambda: app.probe.last("status") == b"offline", 5, what="offline status")
 
 
 # --- start-up errors: no broker needed ---------------------------------------------------
