@@ -84,13 +84,19 @@ def test_unspeakable_payloads_get_an_error_and_the_next_is_spoken(app, payload, 
     assert app.daemon.proc.poll() is None
 
 
+def hearing(app, seconds: float = 0.3) -> None:
+    """Wait until the card has played `seconds` more: speech is under way."""
+    played = app.sink.played_seconds()
+    wait_for(lambda: app.sink.played_seconds() > played + seconds, 30, what=f"{seconds:g} s of speech played")
+
+
 def test_stop_cuts_speech_and_clears_the_queue(app):
     settle(app)
     app.probe.publish("say", {"text": LONG_TEXT, "id": "long-1"})
     app.probe.publish("say", {"text": "一つ目。", "id": "q-1"})
     app.probe.publish("say", {"text": "二つ目。", "id": "q-2"})
     app.probe.next_event(event="started", id="long-1")
-    time.sleep(1.0)
+    hearing(app)
     started = time.monotonic()
     app.probe.publish("stop", "stop")
     finished, *cancelled = app.probe.expect({"event": "finished", "id": "long-1"},
@@ -105,7 +111,7 @@ def test_interrupt_speaks_now(app):
     settle(app)
     app.probe.publish("say", {"text": LONG_TEXT, "id": "long-2"})
     app.probe.next_event(event="started", id="long-2")
-    time.sleep(1.0)
+    hearing(app)
     app.probe.publish("say", {"text": "緊急のお知らせです。", "id": "urgent", "interrupt": True})
     assert app.probe.next_event(event="finished", id="long-2").get("interrupted") is True
     app.probe.next_event(event="started", id="urgent")
@@ -136,13 +142,19 @@ def test_repeats_come_from_the_cache(app):
 
 def test_prepare_fills_the_cache_without_playing(app):
     settle(app)
+    app.sink.reset_records()
     before = app.sink.raw.stat().st_size
     app.probe.publish("prepare", {"text": "まもなく会議が始まります。", "id": "p-1"})
     assert app.probe.next_event(event="finished", id="p-1")["prepare"] is True
-    time.sleep(0.5)
-    assert app.sink.raw.stat().st_size == before
     app.probe.publish("say", {"text": "まもなく会議が始まります。", "id": "p-2"})
-    assert app.probe.next_event(event="finished", id="p-2")["cached"] is True
+    said = app.probe.next_event(event="finished", id="p-2")
+    assert said["cached"] is True
+    wait_for(lambda: [o for o in app.sink.opens if o.first_data] and app.sink.opens[-1].eof, 30,
+             what="the card to play it all")
+    # the card played once, the say's audio and no more: the prepare played nothing
+    assert len([o for o in app.sink.opens if o.first_data]) == 1, app.sink.opens
+    played = (app.sink.raw.stat().st_size - before) / 4 / 44100
+    assert abs(played - said["seconds"]) <= 0.05, (played, said)
 
 
 def test_settings_are_validated_persisted_and_retained(app):
