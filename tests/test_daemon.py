@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import FIXTURE_MODELS, REPO
+from conftest import REPO
 from harness import AlsaSink, Mosquitto, Probe, appliance, free_port, settle, wait_for, write_config
 
 LONG_TEXT = "冷蔵庫のドアが開いています。閉めてください。" * 4
@@ -294,10 +294,6 @@ def test_check_reports_broker_and_audio(tmp_path):
     finally:
         broker.stop()
         sink.stop()
-
-
-def test_fixture_models_are_what_the_tests_assume():
-    assert (FIXTURE_MODELS / "onnx/speakers/tiny-voice/synthesizer.onnx").is_file()
 
 
 def test_forget_takes_the_device_out_of_home_assistant(tmp_path):
