@@ -701,6 +701,7 @@ class NotifySocket:
     def __init__(self, path: Path):
         self.path = path
         self.received: list[tuple[float, str]] = []
+        self.made = time.monotonic()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(str(path))
         self.sock.settimeout(0.2)
@@ -718,6 +719,11 @@ class NotifySocket:
 
     def since(self, t: float, field: str) -> int:
         return sum(1 for when, f in self.received if when >= t and f == field)
+
+    def quiet_for(self, field: str) -> float:
+        """Seconds since `field` last came (since the socket was made, if never)."""
+        last = max((when for when, f in self.received if f == field), default=self.made)
+        return time.monotonic() - last
 
     def close(self) -> None:
         self._stop.set()

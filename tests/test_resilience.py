@@ -226,20 +226,18 @@ def test_a_wedged_worker_stops_the_watchdog_pings(tmp_path):
         with appliance(tmp_path, env=env, watchdog={"stuck_seconds": 2}) as app:
             wait_for(lambda: notify.since(0, "READY=1"), 10, what="READY=1")
             t = time.monotonic()
-            time.sleep(1.5)
-            assert notify.since(t, "WATCHDOG=1") >= 2  # healthy while idle
+            wait_for(lambda: notify.since(t, "WATCHDOG=1") >= 2, 5, what="pings while idle")  # healthy
             app.probe.publish("say", {"text": "冷蔵庫のドアが開いています。" * 3, "id": "w"})
             app.probe.next_event(event="started", id="w")
             app.sink.pause()  # the sound card stops taking samples: the worker blocks in a write
-            time.sleep(4)
-            t = time.monotonic()
-            time.sleep(2)
-            assert notify.since(t, "WATCHDOG=1") == 0  # systemd would now restart the service
+            # stuck for 2 s (stuck_seconds): the pings stop within 4 s of the pause
+            # (2 s without one is 4 missed), and systemd would now restart the service
+            wait_for(lambda: notify.quiet_for("WATCHDOG=1") >= 2.0, 6, what="the pings to stop")
+            assert app.probe.last("state") == b"speaking"  # still stuck in the utterance
             app.sink.resume()
             app.probe.next_event(event="finished", id="w", timeout=60)
             t = time.monotonic()
-            time.sleep(1.5)
-            assert notify.since(t, "WATCHDOG=1") >= 2
+            wait_for(lambda: notify.since(t, "WATCHDOG=1") >= 2, 5, what="pings again")
     finally:
         notify.close()
     assert any(f == "STOPPING=1" for _, f in notify.received)
