@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from pathlib import Path
 
 import pytest
 
+from conftest import GOLDEN as GOLDEN_DIR
 from hayakoe_pi.text.readings import expand_readings, number_to_kanji
 
-GOLDEN = Path(__file__).resolve().parents[2] / "shared" / "golden" / "readings_public.tsv"
+GOLDEN = GOLDEN_DIR / "readings_public.tsv"  # under $HAYAKOE_PI_SHARED (default ../shared)
 
 
 def nfkc(s: str) -> str:
