@@ -363,6 +363,16 @@ def test_streaming_synthesis_speaks_as_text_arrives(app):
     audio = run(go())
     assert audio.types[-2:] == ["audio-stop", "synthesize-stopped"], audio.types[-3:]
     assert_spoken(audio, min_seconds=0.6)
+    # spoken once: each sentence as it is spoken alone (from the phrase cache: the same samples),
+    # the pause after "。" between them, and nothing more
+    voice = SynthesizeVoice(name="tiny-voice", speaker="Sad")
+    first = run(synthesize(app, "今日は晴れです。", voice)).pcm
+    second = run(synthesize(app, "明日は雨でしょう。", voice)).pcm
+    gap = audio.pcm.size - first.size - second.size
+    assert abs(gap - 0.35 * 44100) <= 1, (audio.pcm.size, first.size, second.size)
+    assert np.array_equal(audio.pcm[:first.size], first)
+    assert not audio.pcm[first.size:first.size + gap].any()
+    assert np.array_equal(audio.pcm[first.size + gap:], second)
 
 
 @pytest.mark.parametrize("parts", [
