@@ -517,11 +517,22 @@ def test_mqtt_say_works_while_a_wyoming_request_runs(app):
 
 
 def test_concurrent_clients_are_all_served(app):
-    async def go():
-        return await asyncio.gather(*(synthesize(app, f"{n}番目のお知らせです。") for n in range(1, 5)))
+    texts = ["一番目のお知らせです。", "三番目。", "二番目のお知らせは少し長めです。",
+             "四番目のお知らせは、これまでのどれよりもずっと長くなっています。"]
 
-    for audio in run(go()):
+    async def go():
+        return await asyncio.gather(*(synthesize(app, text) for text in texts))
+
+    together = run(go())
+    for audio in together:
         assert_spoken(audio)
+    # each client got the audio of its own text: what one client alone gets for it
+    # (from the phrase cache the concurrent syntheses filled: the same samples)
+    for text, audio in zip(texts, together):
+        alone = run(synthesize(app, text))
+        assert np.array_equal(audio.pcm, alone.pcm), (text, audio.pcm.size, alone.pcm.size)
+    sizes = [a.pcm.size for a in together]
+    assert len(set(sizes)) == len(texts) and sizes[1] == min(sizes) and sizes[3] == max(sizes), sizes
 
 
 def test_sigterm_with_a_client_mid_request_stops_promptly(app):
