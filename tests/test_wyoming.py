@@ -8,6 +8,7 @@ off here (no multicast from tests); its record is checked without registering.
 import asyncio
 import socket
 import time
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import numpy as np
@@ -35,7 +36,13 @@ TIMEOUT = 60.0
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    work = tmp_path_factory.mktemp("wyoming")
+    with wyoming_app(tmp_path_factory.mktemp("wyoming")) as app:
+        yield app
+
+
+@contextmanager
+def wyoming_app(work):
+    """The daemon with its Wyoming server on, a broker, a probe and a sink, until the block ends."""
     broker = Mosquitto(work / "broker").start()
     sink = AlsaSink(work)
     prefix = f"hk{broker.port}"
@@ -535,7 +542,12 @@ def test_concurrent_clients_are_all_served(app):
     assert len(set(sizes)) == len(texts) and sizes[1] == min(sizes) and sizes[3] == max(sizes), sizes
 
 
-def test_sigterm_with_a_client_mid_request_stops_promptly(app):
+def test_sigterm_with_a_client_mid_request_stops_promptly(tmp_path):
+    with wyoming_app(tmp_path) as app:  # its own daemon: it ends it
+        _sigterm_mid_request(app)
+
+
+def _sigterm_mid_request(app):
     stopped = {}
 
     async def go():
