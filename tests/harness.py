@@ -538,6 +538,44 @@ class Probe:
             if all(event.get(k) == v for k, v in match.items()):
                 return event
 
+    def drain(self) -> None:
+        """Drop the events received so far (answers to earlier requests)."""
+        while True:
+            try:
+                self.events.get_nowait()
+            except queue.Empty:
+                return
+
+    def reply(self, subtopic: str, payload, timeout: float = 60.0) -> dict:
+        """Publish a request and return the daemon's last word on it: the first `error`,
+        `finished` or `duplicate` event with the request's id.
+
+        The id is the payload's own "id" where it names a valid one. Otherwise the
+        daemon makes one up (plain text, JSON without an id) or has none to give (a
+        payload it cannot read, a setting): then the request's id is that of the
+        first event after it. So events already received are dropped first, and the
+        caller must have let earlier requests end (waited for their last event).
+        """
+        rid = payload.get("id") if isinstance(payload, dict) else None
+        rid = str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
+        self.drain()
+        self.publish(subtopic, payload)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no answer to {str(payload)[:80]!r} (id {rid}) within {timeout:g} s")
+            try:
+                event = self.events.get(timeout=left)
+            except queue.Empty:
+                continue
+            if rid is None:  # the first event after the request: it names the request's id
+                rid = event.get("id")
+            elif event.get("id") != rid:
+                continue
+            if event.get("event") in ("error", "finished", "duplicate"):
+                return event
+
     def expect(self, *matches: dict, timeout: float = 60.0) -> list[dict]:
         """Events matching each of `matches`, in whatever order they come."""
         found: list[dict | None] = [None] * len(matches)
@@ -663,6 +701,7 @@ class NotifySocket:
     def __init__(self, path: Path):
         self.path = path
         self.received: list[tuple[float, str]] = []
+        self.made = time.monotonic()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(str(path))
         self.sock.settimeout(0.2)
@@ -680,6 +719,11 @@ class NotifySocket:
 
     def since(self, t: float, field: str) -> int:
         return sum(1 for when, f in self.received if when >= t and f == field)
+
+    def quiet_for(self, field: str) -> float:
+        """Seconds since `field` last came (since the socket was made, if never)."""
+        last = max((when for when, f in self.received if f == field), default=self.made)
+        return time.monotonic() - last
 
     def close(self) -> None:
         self._stop.set()

@@ -21,12 +21,20 @@ def test_round_trip_and_private_files(tmp_path):
 def test_least_recently_used_is_evicted(tmp_path):
     cache = PhraseCache(tmp_path, max_mb=0.01)  # 10 KiB: two entries of 4 KiB fit
     entry = np.zeros(1024, np.float32)  # 4 KiB
-    cache.put("a", 1, entry)
-    time.sleep(0.01)
-    cache.put("b", 1, entry)
-    time.sleep(0.01)
+    # the cache orders its entries by mtime: set them, not trusting the file system's resolution
+    past = time.time() - 1000
+
+    def put(key, used_at):
+        before = set(tmp_path.glob("*.f32"))
+        cache.put(key, 1, entry)
+        (path,) = set(tmp_path.glob("*.f32")) - before
+        os.utime(path, (used_at, used_at))
+        return path
+
+    a = put("a", past)  # "a" used first,
+    put("b", past + 10)  # then "b"
     assert cache.get("a", 1) is not None  # "a" is now the most recent
-    time.sleep(0.01)
+    assert a.stat().st_mtime > past + 10
     cache.put("c", 1, entry)
     assert cache.get("b", 1) is None
     assert cache.get("a", 1) is not None and cache.get("c", 1) is not None

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import FIXTURE_MODELS, REPO
+from conftest import REPO
 from harness import AlsaSink, Mosquitto, Probe, appliance, free_port, settle, wait_for, write_config
 
 LONG_TEXT = "冷蔵庫のドアが開いています。閉めてください。" * 4
@@ -75,13 +75,19 @@ def test_json_request_with_settings_and_id(app):
     ("。。。！", "nothing to speak"),
 ])
 def test_unspeakable_payloads_get_an_error_and_the_next_is_spoken(app, payload, reason):
-    app.probe.publish("say", payload)
-    error = app.probe.next_event(event="error")
-    assert reason in error["error"]
-    app.probe.publish("say", {"text": "はい。", "id": f"after-{free_port()}"})
-    ok = app.probe.next_event(event="finished")
+    error = app.probe.reply("say", payload)  # the answer to this payload, not any error
+    assert error["event"] == "error" and reason in error["error"], error
+    after = f"after-{free_port()}"
+    app.probe.publish("say", {"text": "はい。", "id": after})
+    ok = app.probe.next_event(event="finished", id=after)
     assert ok["text"] == "はい。"
     assert app.daemon.proc.poll() is None
+
+
+def hearing(app, seconds: float = 0.3) -> None:
+    """Wait until the card has played `seconds` more: speech is under way."""
+    played = app.sink.played_seconds()
+    wait_for(lambda: app.sink.played_seconds() > played + seconds, 30, what=f"{seconds:g} s of speech played")
 
 
 def test_stop_cuts_speech_and_clears_the_queue(app):
@@ -90,7 +96,7 @@ def test_stop_cuts_speech_and_clears_the_queue(app):
     app.probe.publish("say", {"text": "一つ目。", "id": "q-1"})
     app.probe.publish("say", {"text": "二つ目。", "id": "q-2"})
     app.probe.next_event(event="started", id="long-1")
-    time.sleep(1.0)
+    hearing(app)
     started = time.monotonic()
     app.probe.publish("stop", "stop")
     finished, *cancelled = app.probe.expect({"event": "finished", "id": "long-1"},
@@ -105,7 +111,7 @@ def test_interrupt_speaks_now(app):
     settle(app)
     app.probe.publish("say", {"text": LONG_TEXT, "id": "long-2"})
     app.probe.next_event(event="started", id="long-2")
-    time.sleep(1.0)
+    hearing(app)
     app.probe.publish("say", {"text": "緊急のお知らせです。", "id": "urgent", "interrupt": True})
     assert app.probe.next_event(event="finished", id="long-2").get("interrupted") is True
     app.probe.next_event(event="started", id="urgent")
@@ -136,25 +142,45 @@ def test_repeats_come_from_the_cache(app):
 
 def test_prepare_fills_the_cache_without_playing(app):
     settle(app)
+    app.sink.reset_records()
     before = app.sink.raw.stat().st_size
     app.probe.publish("prepare", {"text": "まもなく会議が始まります。", "id": "p-1"})
     assert app.probe.next_event(event="finished", id="p-1")["prepare"] is True
-    time.sleep(0.5)
-    assert app.sink.raw.stat().st_size == before
     app.probe.publish("say", {"text": "まもなく会議が始まります。", "id": "p-2"})
-    assert app.probe.next_event(event="finished", id="p-2")["cached"] is True
+    said = app.probe.next_event(event="finished", id="p-2")
+    assert said["cached"] is True
+    wait_for(lambda: [o for o in app.sink.opens if o.first_data] and app.sink.opens[-1].eof, 30,
+             what="the card to play it all")
+    # the card played once, the say's audio and no more: the prepare played nothing
+    assert len([o for o in app.sink.opens if o.first_data]) == 1, app.sink.opens
+    played = (app.sink.raw.stat().st_size - before) / 4 / 44100
+    assert abs(played - said["seconds"]) <= 0.05, (played, said)
 
 
 def test_settings_are_validated_persisted_and_retained(app):
     probe = app.probe
+    wait_for(lambda: all(probe.last(n) is not None for n in ("volume", "voice", "style")), 10,
+             what="the settings")
+    initial = {n: probe.last(n) for n in ("volume", "voice", "style")}
+    try:
+        _change_settings(app)
+    finally:  # the tests after this one hear the module's daemon as it was
+        for name in ("voice", "style", "volume"):  # the style after the voice: it must be one of its
+            if probe.last(name) != initial[name]:
+                probe.publish(f"{name}/set", initial[name])
+                wait_for(lambda: probe.last(name) == initial[name], 30, what=f"{name} restored")
+
+
+def _change_settings(app):
+    probe = app.probe
     probe.publish("volume/set", "35")
     wait_for(lambda: probe.last("volume") == b"35", 10, what="volume state")
-    probe.publish("volume/set", "150")
-    assert "volume" in probe.next_event(event="error")["error"]
+    error = probe.reply("volume/set", "150")
+    assert error["event"] == "error" and "volume" in error["error"], error
     probe.publish("voice/set", "tiny-voice-nodur")
     wait_for(lambda: probe.last("voice") == b"tiny-voice-nodur", 30, what="voice state")
-    probe.publish("voice/set", "no-such-voice")
-    assert "unknown voice" in probe.next_event(event="error")["error"]
+    error = probe.reply("voice/set", "no-such-voice")
+    assert error["event"] == "error" and "unknown voice" in error["error"], error
     probe.publish("style/set", "Angry")
     wait_for(lambda: probe.last("style") == b"Angry", 10, what="style state")
     state = json.loads((app.work / "state" / "state.json").read_text())
@@ -162,8 +188,6 @@ def test_settings_are_validated_persisted_and_retained(app):
     assert stat.S_IMODE((app.work / "state" / "state.json").stat().st_mode) == 0o600
     probe.publish("say", {"text": "声が変わりました。", "id": "v-1"})
     probe.next_event(event="finished", id="v-1")
-    probe.publish("voice/set", "tiny-voice")
-    wait_for(lambda: probe.last("voice") == b"tiny-voice", 30, what="voice state")
 
 
 def test_home_assistant_discovery(app):
@@ -198,14 +222,14 @@ def test_home_assistant_discovery(app):
         late.close()
 
 
-def test_sigterm_goes_offline_and_exits(app):
-    # last test of the module: it ends the daemon
-    app.probe.publish("say", {"text": LONG_TEXT, "id": "term"})
-    app.probe.next_event(event="started", id="term")
-    started = time.monotonic()
-    assert app.daemon.stop() == 0
-    assert time.monotonic() - started < 2.5
-    wait_for(lambda: app.probe.last("status") == b"offline", 5, what="offline status")
+def test_sigterm_goes_offline_and_exits(tmp_path):
+    with appliance(tmp_path) as app:  # its own daemon: it ends it
+        app.probe.publish("say", {"text": LONG_TEXT, "id": "term"})
+        app.probe.next_event(event="started", id="term")
+        started = time.monotonic()
+        assert app.daemon.stop() == 0
+        assert time.monotonic() - started < 2.5
+        wait_for(lambda: app.probe.last("status") == b"offline", 5, what="offline status")
 
 
 # --- start-up errors: no broker needed ---------------------------------------------------
@@ -270,10 +294,6 @@ def test_check_reports_broker_and_audio(tmp_path):
     finally:
         broker.stop()
         sink.stop()
-
-
-def test_fixture_models_are_what_the_tests_assume():
-    assert (FIXTURE_MODELS / "onnx/speakers/tiny-voice/synthesizer.onnx").is_file()
 
 
 def test_forget_takes_the_device_out_of_home_assistant(tmp_path):

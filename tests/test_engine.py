@@ -154,11 +154,30 @@ def test_decoder_margin_covers_the_receptive_field():
     assert decoder_margin(config["model"]) == 14
 
 
-def test_stream_joined_equals_synthesize(engine):
-    text = "おはようございます。朝ごはんの時間です！今日は晴れますか？"
+def test_stream_and_synthesize_are_each_sentence_then_its_pause(engine):
+    """Streamed (split graph, decoder windows) and whole, the utterance is what another path
+    gives: each sentence from the unsplit synthesizer.onnx in one pass (the first as it is
+    alone), each but the last followed by the silence its end calls for (。 0.35 s, ！ 0.3 s,
+    less the silence already at the sentence's end)."""
+    first, text = "おはようございます。", "おはようございます。朝ごはんの時間です！今日は晴れますか？"
+    one_pass = Engine(FIXTURE_MODELS, voice=VOICE, store=ModelStore(FIXTURE_MODELS, prepared=False))
+    assert one_pass.voice.decoder is None and engine.voice.decoder is not None
+    sentences = [p.audio for p in one_pass.pieces(text, **QUIET) if not p.pause]
+    assert len(sentences) == 3
+    alone = one_pass.synthesize(first, **QUIET)
+    assert sentences[0].shape == alone.shape and np.abs(sentences[0] - alone).max() <= 1e-4
+    sr = engine.sample_rate
+
+    def pause(seconds, sentence):
+        return np.zeros(int(round((seconds - trailing_silence(sentence, sr)) * sr)), np.float32)
+
+    expected = np.concatenate([sentences[0], pause(0.35, sentences[0]), sentences[1], pause(0.3, sentences[1]),
+                               sentences[2]])
     chunks = list(engine.stream(text, **QUIET))
-    assert len(chunks) >= 3
-    assert np.array_equal(np.concatenate(chunks), engine.synthesize(text, **QUIET))
+    assert len(chunks) >= 5  # three sentences, two pauses
+    for got in (np.concatenate(chunks), engine.synthesize(text, **QUIET)):
+        assert got.shape == expected.shape
+        assert np.abs(got - expected).max() <= 1e-4
 
 
 def test_bert_sees_each_character_once_first_sentence_alone(monkeypatch):

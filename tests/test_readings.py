@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from pathlib import Path
 
 import pytest
 
+from conftest import GOLDEN as GOLDEN_DIR
 from hayakoe_pi.text.readings import expand_readings, number_to_kanji
 
-GOLDEN = Path(__file__).resolve().parents[2] / "shared" / "golden" / "readings_public.tsv"
+GOLDEN = GOLDEN_DIR / "readings_public.tsv"  # under $HAYAKOE_PI_SHARED (default ../shared)
 
 
 def nfkc(s: str) -> str:
@@ -33,11 +33,6 @@ def _golden_rows():
             raw, want = line.split("\t")
             rows.append(pytest.param(raw, want, id=raw))
     return rows
-
-
-@pytest.mark.skipif(not GOLDEN.is_file(), reason=f"{GOLDEN} not present")
-def test_public_golden_has_rows():
-    assert len(_golden_rows()) >= 30
 
 
 @pytest.mark.skipif(not GOLDEN.is_file(), reason=f"{GOLDEN} not present")
@@ -114,8 +109,6 @@ def test_number_to_kanji_matches_num2words(number, want):
 
 @pytest.mark.parametrize("number,want", [n for n in NUM2WORDS_JA if len(n[0].replace(",", "")) < 17])
 def test_plain_numbers_in_text_read_like_num2words(number, want):
-    if number.isdigit() and number.startswith("0") and len(number) >= 4:
-        pytest.skip("codes with a leading zero are read digit by digit")
     assert expand(f"数値は{number}です") == f"数値は{want}です"
 
 
@@ -305,10 +298,6 @@ CASES = [
 @pytest.mark.parametrize("raw,want", CASES, ids=[c[0] for c in CASES])
 def test_cases(raw, want):
     assert expand(raw) == want
-
-
-def test_enough_own_cases():
-    assert len(CASES) >= 60
 
 
 # --- what must not change ---------------------------------------------------

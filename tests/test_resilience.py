@@ -81,14 +81,13 @@ BAD_PAYLOADS = st.one_of(
 @given(payload=BAD_PAYLOADS)
 def test_every_bad_payload_gets_an_error_event(fuzz_app, payload):
     probe = fuzz_app.probe
-    probe.publish("say", payload)
-    error = probe.next_event(event="error", timeout=20)
-    assert error["error"]
+    error = probe.reply("say", payload, timeout=20)  # this payload's answer, not the next error of any
+    assert error["event"] == "error" and error["error"], error
 
 
 def test_huge_text_is_refused_and_the_daemon_keeps_speaking(fuzz_app):
-    fuzz_app.probe.publish("say", "あ" * (1 << 20))
-    assert "too long" in fuzz_app.probe.next_event(event="error", timeout=30)["error"]
+    error = fuzz_app.probe.reply("say", "あ" * (1 << 20), timeout=30)
+    assert error["event"] == "error" and "too long" in error["error"], error
     speaks(fuzz_app)
 
 
@@ -205,10 +204,13 @@ def test_broken_voice_at_start_names_the_file(tmp_path, damaged_models):
 
 def test_switching_to_a_broken_voice_keeps_the_previous(tmp_path, damaged_models):
     with appliance(tmp_path, models={"dir": str(damaged_models)}) as app:
-        app.probe.publish("voice/set", "broken-voice")
-        error = app.probe.next_event(event="error")
+        mark = len(app.probe.messages)
+        error = app.probe.reply("voice/set", "broken-voice")
+        assert error["event"] == "error", error
         assert "broken-voice" in error["error"] and "synthesizer.onnx" in error["error"]
-        time.sleep(0.5)
+        # the real value is published again after a refusal
+        wait_for(lambda: any(t == f"{app.prefix}/voice" for t, _, _ in app.probe.messages[mark:]), 10,
+                 what="the voice state")
         assert app.probe.last("voice") == b"tiny-voice"
         app.probe.publish("say", {"text": "まだ話せます。", "voice": "broken-voice", "id": "bv"})
         assert "broken-voice" in app.probe.next_event(event="error", id="bv")["error"]
@@ -224,20 +226,18 @@ def test_a_wedged_worker_stops_the_watchdog_pings(tmp_path):
         with appliance(tmp_path, env=env, watchdog={"stuck_seconds": 2}) as app:
             wait_for(lambda: notify.since(0, "READY=1"), 10, what="READY=1")
             t = time.monotonic()
-            time.sleep(1.5)
-            assert notify.since(t, "WATCHDOG=1") >= 2  # healthy while idle
+            wait_for(lambda: notify.since(t, "WATCHDOG=1") >= 2, 5, what="pings while idle")  # healthy
             app.probe.publish("say", {"text": "冷蔵庫のドアが開いています。" * 3, "id": "w"})
             app.probe.next_event(event="started", id="w")
             app.sink.pause()  # the sound card stops taking samples: the worker blocks in a write
-            time.sleep(4)
-            t = time.monotonic()
-            time.sleep(2)
-            assert notify.since(t, "WATCHDOG=1") == 0  # systemd would now restart the service
+            # stuck for 2 s (stuck_seconds): the pings stop within 4 s of the pause
+            # (2 s without one is 4 missed), and systemd would now restart the service
+            wait_for(lambda: notify.quiet_for("WATCHDOG=1") >= 2.0, 6, what="the pings to stop")
+            assert app.probe.last("state") == b"speaking"  # still stuck in the utterance
             app.sink.resume()
             app.probe.next_event(event="finished", id="w", timeout=60)
             t = time.monotonic()
-            time.sleep(1.5)
-            assert notify.since(t, "WATCHDOG=1") >= 2
+            wait_for(lambda: notify.since(t, "WATCHDOG=1") >= 2, 5, what="pings again")
     finally:
         notify.close()
     assert any(f == "STOPPING=1" for _, f in notify.received)

@@ -8,6 +8,7 @@ off here (no multicast from tests); its record is checked without registering.
 import asyncio
 import socket
 import time
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import numpy as np
@@ -35,7 +36,13 @@ TIMEOUT = 60.0
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    work = tmp_path_factory.mktemp("wyoming")
+    with wyoming_app(tmp_path_factory.mktemp("wyoming")) as app:
+        yield app
+
+
+@contextmanager
+def wyoming_app(work):
+    """The daemon with its Wyoming server on, a broker, a probe and a sink, until the block ends."""
     broker = Mosquitto(work / "broker").start()
     sink = AlsaSink(work)
     prefix = f"hk{broker.port}"
@@ -358,6 +365,16 @@ def test_streaming_synthesis_speaks_as_text_arrives(app):
     audio = run(go())
     assert audio.types[-2:] == ["audio-stop", "synthesize-stopped"], audio.types[-3:]
     assert_spoken(audio, min_seconds=0.6)
+    # spoken once: each sentence as it is spoken alone (from the phrase cache: the same samples),
+    # the pause after "。" between them, and nothing more
+    voice = SynthesizeVoice(name="tiny-voice", speaker="Sad")
+    first = run(synthesize(app, "今日は晴れです。", voice)).pcm
+    second = run(synthesize(app, "明日は雨でしょう。", voice)).pcm
+    gap = audio.pcm.size - first.size - second.size
+    assert abs(gap - 0.35 * 44100) <= 1, (audio.pcm.size, first.size, second.size)
+    assert np.array_equal(audio.pcm[:first.size], first)
+    assert not audio.pcm[first.size:first.size + gap].any()
+    assert np.array_equal(audio.pcm[first.size + gap:], second)
 
 
 @pytest.mark.parametrize("parts", [
@@ -502,14 +519,30 @@ def test_mqtt_say_works_while_a_wyoming_request_runs(app):
 
 
 def test_concurrent_clients_are_all_served(app):
+    texts = ["一番目のお知らせです。", "三番目。", "二番目のお知らせは少し長めです。",
+             "四番目のお知らせは、これまでのどれよりもずっと長くなっています。"]
+
     async def go():
-        return await asyncio.gather(*(synthesize(app, f"{n}番目のお知らせです。") for n in range(1, 5)))
+        return await asyncio.gather(*(synthesize(app, text) for text in texts))
 
-    for audio in run(go()):
+    together = run(go())
+    for audio in together:
         assert_spoken(audio)
+    # each client got the audio of its own text: what one client alone gets for it
+    # (from the phrase cache the concurrent syntheses filled: the same samples)
+    for text, audio in zip(texts, together):
+        alone = run(synthesize(app, text))
+        assert np.array_equal(audio.pcm, alone.pcm), (text, audio.pcm.size, alone.pcm.size)
+    sizes = [a.pcm.size for a in together]
+    assert len(set(sizes)) == len(texts) and sizes[1] == min(sizes) and sizes[3] == max(sizes), sizes
 
 
-def test_sigterm_with_a_client_mid_request_stops_promptly(app):
+def test_sigterm_with_a_client_mid_request_stops_promptly(tmp_path):
+    with wyoming_app(tmp_path) as app:  # its own daemon: it ends it
+        _sigterm_mid_request(app)
+
+
+def _sigterm_mid_request(app):
     stopped = {}
 
     async def go():
