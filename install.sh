@@ -271,29 +271,19 @@ say "installed $("$VENV/bin/python" -m pip --disable-pip-version-check show haya
 mkdir -p "$(dirname "$BIN_LINK")"
 ln -sfn /opt/hayakoe-pi/venv/bin/hayakoe-pi "$BIN_LINK"
 
-# Effective settings of a config file (omitted keys take the defaults), one per line.
+# Settings of a config file, checked as the service checks it (omitted keys take
+# the defaults), one per line; a config the service would refuse stops the install.
 read_config() {
     "$VENV/bin/python" - "$1" <<'EOF'
 import sys
-import yaml
-from hayakoe_pi.config import defaults
+from hayakoe_pi.config import ConfigError, load_config
 
-cfg = defaults()
 try:
-    with open(sys.argv[1], encoding="utf-8") as f:
-        raw = yaml.safe_load(f) or {}
-except (OSError, yaml.YAMLError) as e:
-    print(f"warning: cannot read {sys.argv[1]} ({e}); using the defaults", file=sys.stderr)
-    raw = {}
-
-def get(section, key):
-    part = raw.get(section) if isinstance(raw, dict) else None
-    value = part.get(key) if isinstance(part, dict) and part.get(key) is not None else cfg[section][key]
-    return str(value).replace("\n", " ")
-
-for section, key in (("mqtt", "host"), ("mqtt", "port"), ("mqtt", "topic_prefix"),
-                     ("voice", "name"), ("models", "dir"), ("audio", "device")):
-    print(get(section, key))
+    c = load_config(sys.argv[1])
+except ConfigError as e:
+    sys.exit(f"install.sh: error: {e}")
+for value in (c.mqtt.host, c.mqtt.port, c.mqtt.topic_prefix, c.voice.name, c.models.dir, c.audio.device):
+    print(str(value).replace("\n", " "))
 EOF
 }
 
@@ -346,7 +336,7 @@ fi
 own_config "$CONFIG"
 
 mapfile -t cfg < <(read_config "$CONFIG")
-[ ${#cfg[@]} -eq 6 ] || die "could not read $CONFIG with $VENV/bin/python"
+[ ${#cfg[@]} -eq 6 ] || die "could not read $CONFIG (above); fix it and run me again"
 MQTT_HOST="${cfg[0]}"
 MQTT_PORT="${cfg[1]}"
 TOPIC_PREFIX="${cfg[2]}"

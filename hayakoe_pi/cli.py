@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from .config import Config
 from .models import VOCAB_PATH, ModelError
 
 DEFAULT_CONFIG = "/etc/hayakoe-pi/config.yaml"
@@ -48,11 +49,11 @@ def _synth(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_config(args: argparse.Namespace) -> dict:
+def _load_config(args: argparse.Namespace) -> Config:
     from .config import load_config
 
     config = load_config(args.config)
-    logging.basicConfig(level=config["log"]["level"].upper(),
+    logging.basicConfig(level=config.log.level.upper(),
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     return config
 
@@ -63,14 +64,14 @@ def _as_service() -> bool:
     return os.geteuid() == 0 and "XDG_CACHE_HOME" not in os.environ
 
 
-def _derived_dir(config: dict, config_given: bool) -> Path:
+def _derived_dir(config: Config, config_given: bool) -> Path:
     """Where the CLI finds (and makes) the derived model files: the service's
     (`cache.dir`/models) when given --config or run as root (_as_service), else the
     user's ~/.cache/hayakoe-pi/models."""
     from .models import default_derived_dir
 
     if config_given or _as_service():
-        return Path(config["cache"]["dir"]) / "models"
+        return config.cache.models_dir
     return default_derived_dir()
 
 
@@ -86,7 +87,7 @@ def _owned_like_cache(derived: Path) -> None:
             os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)
 
 
-def _engine(args: argparse.Namespace, config: dict, models: str | Path, voice: str, speaker=None):
+def _engine(args: argparse.Namespace, config: Config, models: str | Path, voice: str, speaker=None):
     from .engine import Engine
     from .models import ModelStore
 
@@ -122,8 +123,8 @@ def _check(args: argparse.Namespace) -> int:
     report(True, "config", str(args.config))
     try:
         check_models(config)
-        models, name = Path(config["models"]["dir"]), config["voice"]["name"]
-        derived = Path(config["cache"]["dir"]) / "models"  # where the service keeps its copies
+        models, name = Path(config.models.dir), config.voice.name
+        derived = config.cache.models_dir  # where the service keeps its copies
         if any(missing(models, derived, what) for what in ("bert", name)) and not _writable(derived):
             report(True, "models", f"{models}, voice {name}: not prepared yet in {derived}; the service "
                                    "prepares it when it starts (or: hayakoe-pi prepare, as the service's user)")
@@ -139,10 +140,10 @@ def _check(args: argparse.Namespace) -> int:
                 report(True, "decoder", f"{describe_tuning(voice.tuning)}, chosen on this CPU")
     except Exception as e:  # ConfigError, ModelError
         report(False, "models", str(e))
-    ok, detail = probe_broker(config["mqtt"])
+    ok, detail = probe_broker(config.mqtt)
     report(ok, "mqtt", detail)
     try:
-        report(True, "audio", check_device(config["audio"]["device"]))
+        report(True, "audio", check_device(config.audio.device))
     except AudioError as e:
         report(False, "audio", str(e))
     return 1 if problems else 0
@@ -157,15 +158,16 @@ def _writable(folder: Path) -> bool:
 
 def _prepare(args: argparse.Namespace) -> int:
     """Make the derived model files ahead of the first start (install.sh runs it)."""
-    from .config import defaults
+    from .config import CacheConfig, Config
     from .prepare import prepare
 
     if args.models:
         models = args.models
-        derived = Path(args.cache) / "models" if args.cache else _derived_dir(defaults(), config_given=False)
+        derived = CacheConfig(args.cache).models_dir if args.cache else _derived_dir(Config(), config_given=False)
     else:
         config = _load_config(args)
-        models, derived = config["models"]["dir"], Path(args.cache or config["cache"]["dir"]) / "models"
+        models = config.models.dir
+        derived = CacheConfig(args.cache).models_dir if args.cache else config.cache.models_dir
     try:
         prepare(models, derived, args.voice or None, report=lambda step: print(step.line(), flush=True))
     finally:
@@ -178,20 +180,20 @@ def _say(args: argparse.Namespace) -> int:
     from .audio import Player, check_device
 
     config = _load_config(args)
-    models = args.models or config["models"]["dir"]
+    models = args.models or config.models.dir
     if not Path(models).expanduser().is_dir():
         source = "given with --models" if args.models else f"models.dir in {args.config}" if args.config \
             else "the default: no --config given"
         raise ModelError(f"models directory not found: {models} ({source}); give --models DIR "
                          f"(a HayaKoe-layout folder) or --config FILE (the service's: {DEFAULT_CONFIG})")
-    device = args.device or config["audio"]["device"]
+    device = args.device or config.audio.device
     check_device(device)  # before synthesis: the same message as `hayakoe-pi check`
-    engine = _engine(args, config, models, args.voice or config["voice"]["name"])
-    style = args.style or config["voice"]["style"]
-    speed = args.speed or config["voice"]["speed"]
+    engine = _engine(args, config, models, args.voice or config.voice.name)
+    style = args.style or config.voice.style
+    speed = args.speed or config.voice.speed
     ahead = synthesize_ahead(engine, " ".join(args.text), style=style, speed=speed,
-                             style_weight=config["voice"]["style_weight"])
-    Player(device).play(ahead, engine.sample_rate, config["audio"]["volume"])
+                             style_weight=config.voice.style_weight)
+    Player(device).play(ahead, engine.sample_rate, config.audio.volume)
     return 0
 
 

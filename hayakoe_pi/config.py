@@ -1,12 +1,19 @@
-"""config.yaml: defaults, types and checks with messages that say how to fix them."""
+"""config.yaml, read once into frozen dataclasses, with messages that say how to fix it.
+
+Each section is a dataclass; a setting's type is its annotation, its range
+(if any) given with `setting(default, low, high)`: the one place both are
+written. load_config() checks a file against them and returns a Config.
+"""
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 import math
+import types
+import typing
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -19,99 +26,162 @@ class ConfigError(Exception):
     pass
 
 
-_NUMBER = (int, float)
-_OPT_STR = (str, type(None))
+def setting(default, low: float, high: float):
+    """A number with the range it must be in."""
+    return field(default=default, metadata={"range": (low, high)})
 
-# Every key with its default and the types it accepts. A tuple
-# (default, types[, (low, high)]) is a leaf; a dict is a section.
-SCHEMA: dict[str, Any] = {
-    "mqtt": {
-        "host": ("localhost", str),
-        "port": (1883, int, (1, 65535)),
-        "username": (None, _OPT_STR),
-        "password": (None, _OPT_STR),
-        "tls": {
-            "enabled": (False, bool),
-            "ca_file": (None, _OPT_STR),
-            "insecure": (False, bool),
-        },
-        "client_id": ("hayakoe-pi", str),
-        "topic_prefix": ("hayakoe", str),
-        "discovery_prefix": ("homeassistant", str),
-        "keepalive": (60, int, (5, 3600)),
-    },
-    "models": {"dir": ("/var/lib/hayakoe-pi/models", str)},
-    "voice": {
-        "name": (DEFAULT_VOICE, str),
-        "style": ("Neutral", str),
-        "style_weight": (1.0, _NUMBER, (0.0, 20.0)),
-        "speed": (1.0, _NUMBER, SPEED_RANGE),
-    },
-    "audio": {
-        "device": ("default", (str, int)),
-        "volume": (1.0, _NUMBER, (0.0, 1.0)),
-        "retry_seconds": (5.0, _NUMBER, (0.1, 3600.0)),
-    },
-    "cache": {
-        "dir": ("/var/cache/hayakoe-pi", str),
-        "max_mb": (200, _NUMBER, (0, 100000)),
-    },
-    "queue": {
-        "max_length": (20, int, (1, 10000)),
-        "max_text_chars": (1000, int, (1, 100000)),
-    },
-    "wyoming": {
-        "enabled": (False, bool),
-        "host": ("0.0.0.0", str),
-        "port": (10200, int, (1, 65535)),
-        "zeroconf": (True, bool),
-    },
-    "state": {"file": ("/var/lib/hayakoe-pi/state.json", str)},
-    "watchdog": {"stuck_seconds": (90.0, _NUMBER, (1.0, 3600.0))},
-    "log": {"level": ("INFO", str)},
-}
+
+def section(cls):
+    return field(default_factory=cls)
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    enabled: bool = False
+    ca_file: str | None = None
+    insecure: bool = False
+
+
+@dataclass(frozen=True)
+class MqttConfig:
+    host: str = "localhost"
+    port: int = setting(1883, 1, 65535)
+    username: str | None = None
+    password: str | None = None
+    tls: TlsConfig = section(TlsConfig)
+    client_id: str = "hayakoe-pi"
+    topic_prefix: str = "hayakoe"
+    discovery_prefix: str = "homeassistant"
+    keepalive: int = setting(60, 5, 3600)
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ModelsConfig:
+    dir: str = "/var/lib/hayakoe-pi/models"
+
+
+@dataclass(frozen=True)
+class VoiceConfig:
+    name: str = DEFAULT_VOICE
+    style: str = "Neutral"
+    style_weight: float = setting(1.0, 0.0, 20.0)
+    speed: float = setting(1.0, *SPEED_RANGE)
+
+
+@dataclass(frozen=True)
+class AudioConfig:
+    device: str | int = "default"
+    volume: float = setting(1.0, 0.0, 1.0)
+    retry_seconds: float = setting(5.0, 0.1, 3600.0)
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    dir: str = "/var/cache/hayakoe-pi"
+    max_mb: float = setting(200, 0, 100000)
+
+    @property
+    def models_dir(self) -> Path:
+        """Where the files derived from the models live (split, optimized copies): one rule for
+        the service and for the CLI given this config."""
+        return Path(self.dir) / "models"
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    max_length: int = setting(20, 1, 10000)
+    max_text_chars: int = setting(1000, 1, 100000)
+
+
+@dataclass(frozen=True)
+class WyomingConfig:
+    enabled: bool = False
+    host: str = "0.0.0.0"
+    port: int = setting(10200, 1, 65535)
+    zeroconf: bool = True
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    file: str = "/var/lib/hayakoe-pi/state.json"
+
+
+@dataclass(frozen=True)
+class WatchdogConfig:
+    stuck_seconds: float = setting(90.0, 1.0, 3600.0)
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: str = "INFO"
+
+
+@dataclass(frozen=True)
+class Config:
+    mqtt: MqttConfig = section(MqttConfig)
+    models: ModelsConfig = section(ModelsConfig)
+    voice: VoiceConfig = section(VoiceConfig)
+    audio: AudioConfig = section(AudioConfig)
+    cache: CacheConfig = section(CacheConfig)
+    queue: QueueConfig = section(QueueConfig)
+    wyoming: WyomingConfig = section(WyomingConfig)
+    state: StateConfig = section(StateConfig)
+    watchdog: WatchdogConfig = section(WatchdogConfig)
+    log: LogConfig = section(LogConfig)
+
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
-def defaults(schema: dict = SCHEMA) -> dict:
-    return {k: defaults(v) if isinstance(v, dict) else copy.copy(v[0]) for k, v in schema.items()}
+def defaults() -> dict:
+    """Every setting's default, as nested dicts (the shape of config.yaml)."""
+    return dataclasses.asdict(Config())
 
 
-def _type_name(types) -> str:
-    types = types if isinstance(types, tuple) else (types,)
-    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-             type(None): "null"}
-    return " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
+def _accepted(annotation) -> tuple[type, ...]:
+    kinds = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    # a whole number is a number; YAML's yes/no are bools, which Python also counts as ints: not here
+    return tuple(t for k in kinds for t in ((int, float) if k is float else (k,)))
 
 
-def _merge(schema: dict, given: Any, path: str, out: dict) -> None:
+def _type_name(annotation) -> str:
+    kinds = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", type(None): "null"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _build(cls, given, path: str):
     if not isinstance(given, dict):
         raise ConfigError(f"{path or 'the file'} must be a mapping of keys, got {type(given).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values = {}
     for key, value in given.items():
         where = f"{path}.{key}" if path else str(key)
-        if key not in schema:
-            known = ", ".join(schema)
-            raise ConfigError(f"unknown key {where!r}; known keys here: {known}")
-        spec = schema[key]
-        if isinstance(spec, dict):
-            _merge(spec, {} if value is None else value, where, out[key])
+        if key not in fields:
+            raise ConfigError(f"unknown key {where!r}; known keys here: {', '.join(fields)}")
+        kind = hints[key]
+        if dataclasses.is_dataclass(kind):
+            values[key] = _build(kind, {} if value is None else value, where)
             continue
-        types = spec[1] if isinstance(spec[1], tuple) else (spec[1],)
-        # YAML's yes/no are bools, which Python also counts as ints: not a number here.
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise ConfigError(f"{where} must be {_type_name(spec[1])}, got {given[key]!r}")
-        if len(spec) > 2 and isinstance(value, (int, float)) and not isinstance(value, bool):
-            low, high = spec[2]
-            if not (math.isfinite(value) and low <= value <= high):
-                raise ConfigError(f"{where} must be between {low} and {high}, got {value!r}")
-        out[key] = value
+        accepted = _accepted(kind)
+        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
+            raise ConfigError(f"{where} must be {_type_name(kind)}, got {value!r}")
+        limits = fields[key].metadata.get("range")
+        if limits and not (math.isfinite(value) and limits[0] <= value <= limits[1]):
+            raise ConfigError(f"{where} must be between {limits[0]} and {limits[1]}, got {value!r}")
+        values[key] = value
+    return cls(**values)
 
 
-def load_config(path: str | Path | None) -> dict:
-    """Read and type-check a config file; omitted keys take their defaults."""
-    config = defaults()
+def load_config(path: str | Path | None) -> Config:
+    """Read and check a config file; omitted keys take their defaults."""
     if path is None:
-        return config
+        return Config()
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -124,18 +194,24 @@ def load_config(path: str | Path | None) -> dict:
     except yaml.YAMLError as e:
         raise ConfigError(f"{path} is not valid YAML: {e}") from None
     try:
-        _merge(SCHEMA, given or {}, "", config)
+        config = _build(Config, given or {}, "")
+        _check(config)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
-    if config["log"]["level"].upper() not in LOG_LEVELS:
-        raise ConfigError(f"{path}: log.level must be one of {', '.join(LOG_LEVELS)}")
-    mqtt = config["mqtt"]
-    for key in ("topic_prefix", "discovery_prefix"):
-        if not mqtt[key] or any(c in mqtt[key] for c in "#+\0") or mqtt[key].startswith("/"):
-            raise ConfigError(f"{path}: mqtt.{key} {mqtt[key]!r} is not a valid MQTT topic prefix")
-    if mqtt["tls"]["enabled"] and mqtt["tls"]["ca_file"] and not Path(mqtt["tls"]["ca_file"]).is_file():
-        raise ConfigError(f"{path}: mqtt.tls.ca_file {mqtt['tls']['ca_file']} does not exist")
     return config
+
+
+def _check(config: Config) -> None:
+    """What a type and a range cannot say."""
+    if config.log.level.upper() not in LOG_LEVELS:
+        raise ConfigError(f"log.level must be one of {', '.join(LOG_LEVELS)}")
+    for key in ("topic_prefix", "discovery_prefix"):
+        prefix = getattr(config.mqtt, key)
+        if not prefix or any(c in prefix for c in "#+\0") or prefix.startswith("/"):
+            raise ConfigError(f"mqtt.{key} {prefix!r} is not a valid MQTT topic prefix")
+    tls = config.mqtt.tls
+    if tls.enabled and tls.ca_file and not Path(tls.ca_file).is_file():
+        raise ConfigError(f"mqtt.tls.ca_file {tls.ca_file} does not exist")
 
 
 def voice_styles(models_dir: Path, voice: str) -> list[str]:
@@ -147,23 +223,21 @@ def voice_styles(models_dir: Path, voice: str) -> list[str]:
         return []
 
 
-def check_models(config: dict) -> None:
+def check_models(config: Config) -> None:
     """The model directory and the configured voice and style exist."""
-    models_dir = Path(config["models"]["dir"]).expanduser()
+    models_dir = Path(config.models.dir).expanduser()
     if not models_dir.is_dir():
         raise ConfigError(
             f"models.dir {models_dir} does not exist: install the models "
             "(sudo ./install.sh) or point models.dir at a HayaKoe-layout models folder"
         )
     voices = installed_voices(models_dir)
-    name = config["voice"]["name"]
+    name = config.voice.name
     if name not in voices:
         raise ConfigError(
             f"voice.name {name!r} is not installed in {models_dir / SPEAKERS_DIR}; "
             f"installed: {', '.join(voices) or 'none'} (sudo ./install.sh --voice {name} installs it)"
         )
     styles = voice_styles(models_dir, name)
-    if config["voice"]["style"] not in styles:
-        raise ConfigError(
-            f"voice.style {config['voice']['style']!r} is not a style of {name}; styles: {', '.join(styles)}"
-        )
+    if config.voice.style not in styles:
+        raise ConfigError(f"voice.style {config.voice.style!r} is not a style of {name}; styles: {', '.join(styles)}")

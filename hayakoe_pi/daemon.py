@@ -25,6 +25,7 @@ from . import sdnotify
 from .ahead import SynthesisAhead
 from .audio import AudioError, Player, check_device, rescan_devices
 from .cache import PhraseCache
+from .config import Config
 from .engine import TextError
 from .models import ModelStore
 from .mqtt import SELECTION, BrokerLink, Topics, discovery_messages
@@ -40,19 +41,19 @@ AUDIO_ATTEMPTS = 3
 class Daemon:
     """MQTT's front door: the queue of say requests, the speaker thread, commands and events."""
 
-    def __init__(self, config: dict, store: ModelStore | None = None):
+    def __init__(self, config: Config, store: ModelStore | None = None):
         self.config = config
-        models_dir = Path(config["models"]["dir"]).expanduser()
-        self.store = store or ModelStore(models_dir, derived_dir=Path(config["cache"]["dir"]) / "models")
-        voice_cfg = config["voice"]
-        selection = SavedSelection(Path(config["state"]["file"]), config["audio"]["volume"],
-                                   voice_cfg["name"], voice_cfg["style"])
-        self.speech = SpeechService(self.store, PhraseCache(config["cache"]["dir"], config["cache"]["max_mb"]),
-                                    selection, voice_cfg["name"], voice_cfg["style"], voice_cfg["speed"],
-                                    voice_cfg["style_weight"], config["queue"]["max_text_chars"])
-        self.player = Player(config["audio"]["device"])
-        self.topics = Topics(config["mqtt"]["topic_prefix"], config["mqtt"]["discovery_prefix"])
-        self.link = BrokerLink(config["mqtt"], self.topics, self.on_message, self._on_connected)
+        models_dir = Path(config.models.dir).expanduser()
+        self.store = store or ModelStore(models_dir, derived_dir=config.cache.models_dir)
+        voice_cfg = config.voice
+        selection = SavedSelection(Path(config.state.file), config.audio.volume,
+                                   voice_cfg.name, voice_cfg.style)
+        self.speech = SpeechService(self.store, PhraseCache(config.cache.dir, config.cache.max_mb),
+                                    selection, voice_cfg.name, voice_cfg.style, voice_cfg.speed,
+                                    voice_cfg.style_weight, config.queue.max_text_chars)
+        self.player = Player(config.audio.device)
+        self.topics = Topics(config.mqtt.topic_prefix, config.mqtt.discovery_prefix)
+        self.link = BrokerLink(config.mqtt, self.topics, self.on_message, self._on_connected)
 
         self.queue: deque[SayRequest] = deque()
         self.cond = threading.Condition()
@@ -65,10 +66,10 @@ class Daemon:
         self.control = ThreadPoolExecutor(max_workers=1, thread_name_prefix="control")
         self.worker = threading.Thread(target=self._work, name="speaker", daemon=True)
         self.wyoming = None  # the Wyoming server for Home Assistant Assist, when enabled
-        if config["wyoming"]["enabled"]:
+        if config.wyoming.enabled:
             from .wyoming import WyomingServer
 
-            self.wyoming = WyomingServer(config["wyoming"], self.speech)
+            self.wyoming = WyomingServer(config.wyoming, self.speech)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -110,7 +111,7 @@ class Daemon:
         """The worker is alive and, if busy, has made progress recently."""
         if not self.worker.is_alive() or (self.wyoming is not None and not self.wyoming.alive()):
             return False
-        stuck_after = self.config["watchdog"]["stuck_seconds"]
+        stuck_after = self.config.watchdog.stuck_seconds
         return not self.busy or time.monotonic() - self.progress < stuck_after
 
     def _note_progress(self) -> None:
@@ -149,7 +150,7 @@ class Daemon:
         while len(self.recent_ids) > REMEMBERED_IDS:
             self.recent_ids.popitem(last=False)
         with self.cond:
-            limit = self.config["queue"]["max_length"]
+            limit = self.config.queue.max_length
             if len(self.queue) >= limit and not request.interrupt:
                 self._error(f"queue full ({limit} waiting); try again later", request.id, request.text)
                 return None
@@ -271,7 +272,7 @@ class Daemon:
             try:
                 return self.player.play(ahead, sr, volume, stop=self.cut, progress=self._note_progress)
             except AudioError as e:
-                wait = self.config["audio"]["retry_seconds"]
+                wait = self.config.audio.retry_seconds
                 last = attempt == AUDIO_ATTEMPTS
                 self._error(f"{e}" + ("" if last else f"; retrying in {wait:g} s"), request.id, request.text)
                 if last or self.cut.wait(wait):
@@ -295,7 +296,7 @@ class Daemon:
 
     def _publish_discovery(self) -> None:
         styles = self.speech.styles(self.speech.current_voice())
-        for topic, config in discovery_messages(self.topics, self.config["mqtt"]["client_id"],
+        for topic, config in discovery_messages(self.topics, self.config.mqtt.client_id,
                                                 self.speech.voices(), styles):
             self.link.publish(topic, config, retain=True)
 
@@ -307,7 +308,7 @@ class Daemon:
         self.link.publish(self.topics.event, error_event(reason, request_id, text))
 
 
-def run(config: dict) -> int:
+def run(config: Config) -> int:
     """`hayakoe-pi run`: load everything, then serve until stopped."""
     from .config import check_models
 
@@ -319,7 +320,7 @@ def run(config: dict) -> int:
     log.info("models loaded in %.1f s: voice %s, %d voices installed", time.monotonic() - started,
              daemon.speech.current_voice(), len(daemon.store.voices()))
     try:
-        log.info("audio device: %s", check_device(config["audio"]["device"]))
+        log.info("audio device: %s", check_device(config.audio.device))
     except AudioError as e:
         log.error("%s; speech will fail until it is fixed", e)
     daemon.serve_forever()

@@ -14,6 +14,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from . import __version__
+from .config import MqttConfig
 
 log = logging.getLogger("hayakoe_pi.mqtt")
 
@@ -83,16 +84,16 @@ def discovery_messages(topics: Topics, client_id: str, voices: list[str],
     ]
 
 
-def _client(mqtt_config: dict, client_id: str, clean_session: bool) -> paho.Client:
+def _client(mqtt_config: MqttConfig, client_id: str, clean_session: bool) -> paho.Client:
     """A client with the configured credentials and TLS."""
     c = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=clean_session,
                     protocol=paho.MQTTv311)
-    if mqtt_config["username"] is not None:
-        c.username_pw_set(mqtt_config["username"], mqtt_config["password"])
-    tls = mqtt_config["tls"]
-    if tls["enabled"]:
-        c.tls_set(ca_certs=tls["ca_file"], cert_reqs=ssl.CERT_REQUIRED)
-        c.tls_insecure_set(bool(tls["insecure"]))
+    if mqtt_config.username is not None:
+        c.username_pw_set(mqtt_config.username, mqtt_config.password)
+    tls = mqtt_config.tls
+    if tls.enabled:
+        c.tls_set(ca_certs=tls.ca_file, cert_reqs=ssl.CERT_REQUIRED)
+        c.tls_insecure_set(bool(tls.insecure))
     return c
 
 
@@ -103,7 +104,7 @@ class BrokerLink:
     subscriptions and queues messages while we are away.
     """
 
-    def __init__(self, mqtt_config: dict, topics: Topics,
+    def __init__(self, mqtt_config: MqttConfig, topics: Topics,
                  on_message: Callable[[str, bytes], None], on_connected: Callable[[], None]):
         self.config = mqtt_config
         self.topics = topics
@@ -112,7 +113,7 @@ class BrokerLink:
         self.connected = False
         self._stopping = False
         self._recent: OrderedDict = OrderedDict()  # (packet id, topic, payload hash) lately seen
-        c = _client(mqtt_config, mqtt_config["client_id"], clean_session=False)
+        c = _client(mqtt_config, mqtt_config.client_id, clean_session=False)
         c.will_set(topics.status, "offline", qos=1, retain=True)
         c.reconnect_delay_set(min_delay=1, max_delay=60)
         c.max_queued_messages_set(1000)
@@ -124,11 +125,11 @@ class BrokerLink:
 
     @property
     def where(self) -> str:
-        return f"{self.config['host']}:{self.config['port']}"
+        return self.config.where
 
     def start(self) -> None:
-        log.info("connecting to MQTT broker %s as %s", self.where, self.config["client_id"])
-        self.client.connect_async(self.config["host"], self.config["port"], self.config["keepalive"])
+        log.info("connecting to MQTT broker %s as %s", self.where, self.config.client_id)
+        self.client.connect_async(self.config.host, self.config.port, self.config.keepalive)
         self.client.loop_start()
 
     def stop(self) -> None:
@@ -191,7 +192,7 @@ class BrokerLink:
             log.exception("error while handling a message on %s", message.topic)
 
 
-def _connect_once(mqtt_config: dict, client_id: str, timeout: float,
+def _connect_once(mqtt_config: MqttConfig, client_id: str, timeout: float,
                   then: Callable[[paho.Client, str], str]) -> tuple[bool, str]:
     """Connect with a clean session (the configured credentials and TLS), run
     `then(client, "host:port")`, report."""
@@ -207,9 +208,9 @@ def _connect_once(mqtt_config: dict, client_id: str, timeout: float,
         done.set()
 
     c.on_connect = connected
-    where = f"{mqtt_config['host']}:{mqtt_config['port']}"
+    where = mqtt_config.where
     try:
-        c.connect(mqtt_config["host"], mqtt_config["port"], keepalive=10)
+        c.connect(mqtt_config.host, mqtt_config.port, keepalive=10)
     except (OSError, ssl.SSLError) as e:
         return False, f"cannot reach broker {where} ({e}); check mqtt.host and mqtt.port, and that it runs"
     c.loop_start()
@@ -227,9 +228,9 @@ def _connect_once(mqtt_config: dict, client_id: str, timeout: float,
         c.loop_stop()
 
 
-def probe_broker(mqtt_config: dict, timeout: float = 5.0) -> tuple[bool, str]:
+def probe_broker(mqtt_config: MqttConfig, timeout: float = 5.0) -> tuple[bool, str]:
     """Connect once and report how it went."""
-    return _connect_once(mqtt_config, f"{mqtt_config['client_id']}-check", timeout,
+    return _connect_once(mqtt_config, f"{mqtt_config.client_id}-check", timeout,
                          lambda client, where: f"broker {where} accepted the connection")
 
 
@@ -239,7 +240,7 @@ def retained_topics(topics: Topics, client_id: str) -> list[str]:
         [topics.status, topics.state, *(topics.setting(s) for s in SELECTION)]
 
 
-def forget_device(mqtt_config: dict, timeout: float = 10.0) -> tuple[bool, str]:
+def forget_device(mqtt_config: MqttConfig, timeout: float = 10.0) -> tuple[bool, str]:
     """Take the device out of Home Assistant and the broker (on uninstall, the service stopped).
 
     An empty retained discovery config removes an entity; the other retained
@@ -247,10 +248,10 @@ def forget_device(mqtt_config: dict, timeout: float = 10.0) -> tuple[bool, str]:
     connection uses the daemon's client id with a clean session, which ends
     its persistent session (and the messages the broker kept for it).
     """
-    topics = Topics(mqtt_config["topic_prefix"], mqtt_config["discovery_prefix"])
+    topics = Topics(mqtt_config.topic_prefix, mqtt_config.discovery_prefix)
 
     def clear(client: paho.Client, where: str) -> str:
-        names = retained_topics(topics, mqtt_config["client_id"])
+        names = retained_topics(topics, mqtt_config.client_id)
         sent = [client.publish(topic, b"", qos=1, retain=True) for topic in names]
         for info in sent:
             info.wait_for_publish(timeout)
@@ -259,4 +260,4 @@ def forget_device(mqtt_config: dict, timeout: float = 10.0) -> tuple[bool, str]:
         return (f"removed the device from Home Assistant (broker {where}: {len(names)} retained topics "
                 f"cleared, the service's MQTT session ended)")
 
-    return _connect_once(mqtt_config, mqtt_config["client_id"], timeout, clear)
+    return _connect_once(mqtt_config, mqtt_config.client_id, timeout, clear)

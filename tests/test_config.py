@@ -3,7 +3,7 @@ import re
 import pytest
 
 from conftest import REPO
-from hayakoe_pi.config import ConfigError, defaults, load_config
+from hayakoe_pi.config import Config, ConfigError, defaults, load_config
 
 
 def write(tmp_path, text):
@@ -13,7 +13,7 @@ def write(tmp_path, text):
 
 
 def test_documented_config_equals_the_defaults():
-    assert load_config(REPO / "config.yaml") == defaults()
+    assert load_config(REPO / "config.yaml") == Config()
 
 
 def documented_keys(text: str) -> dict[str, bool]:
@@ -46,12 +46,12 @@ def test_every_default_key_is_documented_with_a_comment():
 
 def test_omitted_keys_take_defaults(tmp_path):
     config = load_config(write(tmp_path, "mqtt:\n  host: broker.lan\nvoice:\n  speed: 1.5\n"))
-    assert config["mqtt"]["host"] == "broker.lan" and config["mqtt"]["port"] == 1883
-    assert config["voice"]["speed"] == 1.5 and config["voice"]["name"] == "jvnv-F1-jp"
+    assert config.mqtt.host == "broker.lan" and config.mqtt.port == 1883
+    assert config.voice.speed == 1.5 and config.voice.name == "jvnv-F1-jp"
 
 
 def test_empty_file_is_all_defaults(tmp_path):
-    assert load_config(write(tmp_path, "")) == defaults()
+    assert load_config(write(tmp_path, "")) == Config()
 
 
 @pytest.mark.parametrize("text, words", [
@@ -75,5 +75,24 @@ def test_bad_values_name_the_key(tmp_path, text, words):
 
 
 def test_device_may_be_a_name_or_an_index(tmp_path):
-    assert load_config(write(tmp_path, "audio:\n  device: 2\n"))["audio"]["device"] == 2
-    assert load_config(write(tmp_path, "audio:\n  device: 'hw:1,0'\n"))["audio"]["device"] == "hw:1,0"
+    assert load_config(write(tmp_path, "audio:\n  device: 2\n")).audio.device == 2
+    assert load_config(write(tmp_path, "audio:\n  device: 'hw:1,0'\n")).audio.device == "hw:1,0"
+
+
+def test_the_config_is_typed_and_cannot_change_once_loaded(tmp_path):
+    import dataclasses
+
+    from hayakoe_pi.engine import SPEED_RANGE
+
+    config = load_config(write(tmp_path, "voice:\n  speed: 2\ncache:\n  dir: /srv/cache\n"))
+    assert config.voice.speed == 2 and config.cache.models_dir.as_posix() == "/srv/cache/models"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.voice.speed = 3.0
+    # one range per setting: the engine's speed range is the config's
+    for speed in (SPEED_RANGE[0] - 0.01, SPEED_RANGE[1] + 0.01):
+        with pytest.raises(ConfigError, match=f"voice.speed must be between {SPEED_RANGE[0]} and {SPEED_RANGE[1]}"):
+            load_config(write(tmp_path, f"voice:\n  speed: {speed}\n"))
+    with pytest.raises(ConfigError, match="voice.speed must be a number, got 'fast'"):
+        load_config(write(tmp_path, "voice:\n  speed: fast\n"))
+    with pytest.raises(ConfigError, match="mqtt.username must be a string or null"):
+        load_config(write(tmp_path, "mqtt:\n  username: 5\n"))

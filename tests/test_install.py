@@ -242,6 +242,19 @@ def test_rerun_is_idempotent_and_keeps_user_edits(installed, one_voice_models):
         assert filecmp.cmp(models / rel, FIXTURE_MODELS / rel, shallow=False), rel
 
 
+def test_a_config_the_service_would_refuse_stops_the_upgrade(installed, one_voice_models):
+    root, _ = installed
+    config = root / "etc/hayakoe-pi/config.yaml"
+    before = config.read_bytes()
+    config.write_bytes(before.replace(b"port: 1883", b"port: '1883'", 1))
+    try:
+        p = run_install(root, "--models-from", str(one_voice_models), "--no-start", check=False)
+        assert p.returncode != 0
+        assert "mqtt.port must be an integer, got '1883'" in p.stderr and "fix it and run me again" in p.stderr
+    finally:
+        config.write_bytes(before)
+
+
 def test_a_desktop_sound_server_is_pointed_out_with_the_fix(installed, one_voice_models, tmp_path):
     from test_audio import PIPEWIRE_DEFAULT
 

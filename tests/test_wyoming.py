@@ -6,6 +6,7 @@ off here (no multicast from tests); its record is checked without registering.
 """
 
 import asyncio
+import dataclasses
 import socket
 import time
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from wyoming.tts import (Synthesize, SynthesizeChunk, SynthesizeStart, Synthesiz
 
 from conftest import FIXTURE_MODELS
 from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, wait_for, write_config
-from hayakoe_pi.config import load_config, voice_styles
+from hayakoe_pi.config import WyomingConfig, load_config, voice_styles
 from hayakoe_pi.audio import to_pcm16
 from hayakoe_pi.wyoming import SERVICE_TYPE, instance_name, read_event, ready_text, service_info
 
@@ -190,7 +191,7 @@ def test_server_announces_and_withdraws_without_interface_scan(monkeypatch):
     monkeypatch.setattr(zeroconf.asyncio, "AsyncZeroconf", FakeZeroconf)
     FakeZeroconf.made.clear()
     port = free_port()
-    server = WyomingServer({"enabled": True, "host": "127.0.0.1", "port": port, "zeroconf": True}, speech=None)
+    server = WyomingServer(WyomingConfig(enabled=True, host="127.0.0.1", port=port, zeroconf=True), speech=None)
     server.start()
     try:
         assert server.listening.wait(10)
@@ -216,8 +217,7 @@ def test_port_in_use_is_retried_without_ending_the_server(caplog):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        server = WyomingServer({"enabled": True, "host": "127.0.0.1", "port": port, "zeroconf": False},
-                               speech=None)
+        server = WyomingServer(WyomingConfig(enabled=True, host="127.0.0.1", port=port, zeroconf=False), speech=None)
         with caplog.at_level("ERROR", logger="hayakoe_pi.wyoming"):
             server.start()
             wait_for(lambda: "cannot listen" in caplog.text, 10, what="the bind error to be logged")
@@ -234,7 +234,7 @@ def test_idle_clients_are_dropped_and_too_many_refused(monkeypatch):
     monkeypatch.setattr(handler, "IDLE_SECONDS", 0.5)
     monkeypatch.setattr(handler, "MAX_CLIENTS", 1)
     port = free_port()
-    server = WyomingServer({"enabled": True, "host": "127.0.0.1", "port": port, "zeroconf": False}, speech=None)
+    server = WyomingServer(WyomingConfig(enabled=True, host="127.0.0.1", port=port, zeroconf=False), speech=None)
     server.start()
 
     async def go():
@@ -258,9 +258,42 @@ def test_idle_clients_are_dropped_and_too_many_refused(monkeypatch):
     assert waited < 3
 
 
+def test_the_server_in_process_answers_with_the_speech_services_audio(tmp_path):
+    """No daemon: the server needs only a speech service."""
+    from hayakoe_pi.cache import PhraseCache
+    from hayakoe_pi.models import ModelStore
+    from hayakoe_pi.speech import SavedSelection, SpeechService
+    from hayakoe_pi.wyoming import WyomingServer
+
+    store = ModelStore(FIXTURE_MODELS, derived_dir=tmp_path / "derived")
+    speech = SpeechService(store, PhraseCache(tmp_path / "cache", 10),
+                           SavedSelection(tmp_path / "state.json", 1.0, "tiny-voice", "Neutral"),
+                           "tiny-voice", "Neutral", 1.0, 1.0, MAX_CHARS)
+    port = free_port()
+    server = WyomingServer(WyomingConfig(enabled=True, host="127.0.0.1", port=port, zeroconf=False), speech)
+    server.start()
+
+    async def go():
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            voice = SynthesizeVoice(name="tiny-voice", speaker="Happy")
+            await c.write_event(Synthesize(text="はい。", voice=voice).event())
+            return audio_of(await read_until(c, AudioStop().event().type))
+
+    try:
+        assert server.listening.wait(10)
+        audio = run(go())
+    finally:
+        server.stop(timeout=5)
+    assert_spoken(audio)
+    # what was sent is what the service stored for this text, voice and style
+    stored = speech.utterance("はい。", speech.choose("tiny-voice", "Happy"))
+    assert stored.cached
+    assert np.array_equal(audio.pcm, to_pcm16(stored.ahead.audio()))
+
+
 def test_config_defaults_and_checks(tmp_path):
-    defaults = load_config(None)["wyoming"]
-    assert defaults == {"enabled": False, "host": "0.0.0.0", "port": 10200, "zeroconf": True}
+    defaults = load_config(None).wyoming
+    assert dataclasses.asdict(defaults) == {"enabled": False, "host": "0.0.0.0", "port": 10200, "zeroconf": True}
     path = tmp_path / "c.yaml"
     path.write_text("wyoming:\n  enabled: true\n  port: 70000\n")
     with pytest.raises(Exception, match="wyoming.port must be between"):

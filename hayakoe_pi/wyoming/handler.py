@@ -204,7 +204,9 @@ class Handler(AsyncEventHandler):
         if voice is not None:
             if not isinstance(voice, dict):
                 raise RequestError("'voice' must be an object", "bad-voice")
-            name, language, speaker = voice.get("name"), voice.get("language"), voice.get("speaker")
+            # as wyoming's SynthesizeVoice reads it: a speaker only with a name, else a language
+            name, speaker = voice.get("name"), voice.get("speaker") if "name" in voice else None
+            language = voice.get("language") if "name" not in voice else None
             if name is not None:
                 name = self.speech.check_voice(name)
             elif language is not None and str(language).split("-")[0].split("_")[0].lower() not in LANGUAGES:

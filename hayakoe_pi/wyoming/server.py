@@ -12,6 +12,7 @@ from wyoming.info import Attribution, Info, TtsProgram, TtsVoice, TtsVoiceSpeake
 from wyoming.server import AsyncTcpServer
 
 from .. import __version__
+from ..config import WyomingConfig
 from ..speech import SpeechService
 from .announce import LANGUAGES, PROGRAM, announce
 from .handler import Connections, Handler
@@ -48,7 +49,7 @@ def build_info(speech: SpeechService) -> Info:
 class WyomingServer:
     """Serves `speech` over Wyoming (config section `wyoming`), in its own thread and asyncio loop."""
 
-    def __init__(self, config: dict, speech: SpeechService):
+    def __init__(self, config: WyomingConfig, speech: SpeechService):
         self.config = config
         self.speech = speech
         self.pool = ThreadPoolExecutor(max_workers=SYNTH_THREADS, thread_name_prefix="wyoming-synth")
@@ -89,7 +90,7 @@ class WyomingServer:
         self._stop = asyncio.Event()
         if self._stop_requested.is_set():
             return
-        host, port = self.config["host"], self.config["port"]
+        host, port = self.config.host, self.config.port
         server = AsyncTcpServer(host, port)
         make_handler = partial(Handler, speech=self.speech, pool=self.pool, connections=self.connections,
                                describe=partial(build_info, self.speech))
@@ -107,7 +108,7 @@ class WyomingServer:
                     continue
         self.listening.set()
         log.info("wyoming: serving on %s:%d", host, port)
-        announcing = asyncio.create_task(announce(host, port)) if self.config["zeroconf"] else None
+        announcing = asyncio.create_task(announce(host, port)) if self.config.zeroconf else None
         try:
             await self._stop.wait()
         finally:
