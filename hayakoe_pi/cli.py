@@ -201,7 +201,7 @@ def _forget(args: argparse.Namespace) -> int:
     """Remove the device from Home Assistant (install.sh --uninstall runs it, the service stopped)."""
     from .mqtt import forget_device
 
-    ok, detail = forget_device(_load_config(args)["mqtt"])
+    ok, detail = forget_device(_load_config(args).mqtt)
     print(detail, file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 1
 
