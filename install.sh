@@ -393,10 +393,35 @@ fi
 # shellcheck disable=SC2016  # $1 and $2 belong to the inner bash
 broker_answers() { timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null; }
 
+# The broker drop-in this version writes (mosquitto/hayakoe-pi.conf) for this machine only.
+our_mosquitto_conf() {
+    local listen=127.0.0.1
+    if [ "$MQTT_HOST" = "::1" ]; then listen="::1"; fi
+    sed -e "s/@PORT@/$MQTT_PORT/" -e "s/@ADDRESS@/$listen/" "$SRC/mosquitto/hayakoe-pi.conf"
+}
+
+# Write it and (re)start the broker with it.
+install_mosquitto_conf() {
+    mkdir -p "$(dirname "$MOSQUITTO_CONF")"
+    our_mosquitto_conf >"$MOSQUITTO_CONF"
+    chmod 0644 "$MOSQUITTO_CONF"
+    say "wrote $MOSQUITTO_CONF"
+    if have_systemd; then
+        systemctl enable mosquitto.service
+        systemctl restart mosquitto.service
+    else
+        warn "systemd is not running: start the broker with: $MOSQUITTO_BY_HAND"
+    fi
+}
+
 if [ "$SKIP_SYSTEM" != 1 ]; then
     case "$MQTT_HOST" in
         localhost | 127.0.0.1 | ::1)
-            if broker_answers "$MQTT_HOST" "$MQTT_PORT"; then
+            if [ -f "$MOSQUITTO_CONF" ] && head -n 1 "$MOSQUITTO_CONF" | grep -q "^# Written by hayakoe-pi" &&
+                ! our_mosquitto_conf | cmp -s - "$MOSQUITTO_CONF"; then
+                step "MQTT broker: updating the drop-in an older version wrote (keeps messages across a power cut)"
+                install_mosquitto_conf
+            elif broker_answers "$MQTT_HOST" "$MQTT_PORT"; then
                 step "MQTT broker: one answers on $MQTT_HOST:$MQTT_PORT, leaving it alone"
             elif [ ! -f "$MOSQUITTO_CONF" ] && dpkg-query -W -f='${Status}' mosquitto 2>/dev/null |
                 grep -q "install ok installed"; then
@@ -408,25 +433,7 @@ if [ "$SKIP_SYSTEM" != 1 ]; then
             else
                 step "MQTT broker: installing mosquitto for this machine only ($MQTT_HOST:$MQTT_PORT)"
                 apt_install mosquitto mosquitto-clients
-                listen=127.0.0.1
-                if [ "$MQTT_HOST" = "::1" ]; then listen="::1"; fi
-                mkdir -p "$(dirname "$MOSQUITTO_CONF")"
-                cat >"$MOSQUITTO_CONF" <<EOF
-# Written by hayakoe-pi's install.sh: a broker for this machine only.
-# Other machines (e.g. Home Assistant) cannot reach it; to open it up, add a
-# listener on the LAN with a password_file instead of editing this line.
-listener $MQTT_PORT $listen
-allow_anonymous true
-persistence true
-EOF
-                chmod 0644 "$MOSQUITTO_CONF"
-                say "wrote $MOSQUITTO_CONF"
-                if have_systemd; then
-                    systemctl enable mosquitto.service
-                    systemctl restart mosquitto.service
-                else
-                    warn "systemd is not running: start the broker with: $MOSQUITTO_BY_HAND"
-                fi
+                install_mosquitto_conf
             fi
             ;;
         *) step "MQTT broker: $MQTT_HOST:$MQTT_PORT (not this machine; nothing to install)" ;;

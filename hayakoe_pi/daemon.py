@@ -12,6 +12,7 @@ Threads:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -29,7 +30,7 @@ from .config import Config
 from .engine import TextError
 from .models import ModelStore
 from .mqtt import SELECTION, BrokerLink, Topics, discovery_messages
-from .mqtt_api import PayloadError, SayRequest, error_event, event, parse_say, parse_volume
+from .mqtt_api import EVENT_TEXT_CHARS, PayloadError, SayRequest, error_event, event, parse_say, parse_volume
 from .speech import SavedSelection, SpeechError, SpeechService
 
 log = logging.getLogger("hayakoe_pi")
@@ -53,7 +54,10 @@ class Daemon:
                                     voice_cfg.style_weight, config.queue.max_text_chars)
         self.player = Player(config.audio.device)
         self.topics = Topics(config.mqtt.topic_prefix, config.mqtt.discovery_prefix)
-        self.link = BrokerLink(config.mqtt, self.topics, self.on_message, self._on_connected)
+        self.link = BrokerLink(config.mqtt, self.topics, self.on_command, self.on_request, self._on_connected)
+        # the request being spoken, on disk: after a crash the next start tells Home Assistant
+        self.speaking_file = Path(config.state.file).with_name("speaking.json")
+        self.interrupted = self._read_speaking_file()
 
         self.queue: deque[SayRequest] = deque()
         self.cond = threading.Condition()
@@ -117,15 +121,11 @@ class Daemon:
     def _note_progress(self) -> None:
         self.progress = time.monotonic()
 
-    # --- MQTT intake (network thread) ----------------------------------------------------
+    # --- MQTT intake (network threads) ---------------------------------------------------
 
-    def on_message(self, topic: str, payload: bytes) -> None:
+    def on_command(self, topic: str, payload: bytes) -> None:
         t = self.topics
-        if topic == t.say:
-            self.submit(payload, play=True)
-        elif topic == t.prepare:
-            self.submit(payload, play=False)
-        elif topic == t.stop:
+        if topic == t.stop:
             self.stop_all()
         elif topic == t.ha_status:
             if payload.strip() == b"online":  # Home Assistant restarted: announce again
@@ -135,16 +135,22 @@ class Daemon:
                 if topic == t.setting_set(name):
                     self.control.submit(self._change_selection, name, payload)
 
-    def submit(self, payload: bytes, play: bool = True) -> SayRequest | None:
+    def on_request(self, topic: str, payload: bytes, ack=None) -> None:
+        """A say or prepare message; `ack()` once it has its last event (the broker keeps it until then)."""
+        self.submit(payload, play=topic == self.topics.say, ack=ack or (lambda: None))
+
+    def submit(self, payload: bytes, play: bool = True, ack=lambda: None) -> SayRequest | None:
         try:
             request = parse_say(payload, self.speech, play)
         except PayloadError as e:
             self._error(str(e), e.request_id, e.text)
+            ack()
             return None
+        request.ack = ack
         if request.id in self.recent_ids:
             # answered, so an automation waiting for this id hears why nothing more comes
             log.info("ignoring message id %s: already received", request.id)
-            self._event("duplicate", request)
+            self._final("duplicate", request)
             return None
         self.recent_ids[request.id] = None
         while len(self.recent_ids) > REMEMBERED_IDS:
@@ -152,7 +158,7 @@ class Daemon:
         with self.cond:
             limit = self.config.queue.max_length
             if len(self.queue) >= limit and not request.interrupt:
-                self._error(f"queue full ({limit} waiting); try again later", request.id, request.text)
+                self._final_error(f"queue full ({limit} waiting); try again later", request)
                 return None
             self._event("queued", request)
             if request.interrupt:
@@ -169,7 +175,7 @@ class Daemon:
             self.queue.clear()
             self.cut.set()
         for request in cancelled:
-            self._error("cancelled: stop requested", request.id, request.text)
+            self._final_error("cancelled: stop requested", request)
         log.info("stop: cut the current utterance, %d queued cancelled", len(cancelled))
 
     # --- voice, style, volume (control thread) -------------------------------------------------------
@@ -202,12 +208,15 @@ class Daemon:
                 request = self.queue.popleft()
                 self.cut.clear()
                 self.busy, self.progress = True, time.monotonic()
+            self._write_speaking_file(request)
             try:
                 self._speak(request)
             except Exception as e:  # a bug must not end the worker
                 log.exception("failed on %s", request.id)
-                self._error(f"internal error: {type(e).__name__}: {e}", request.id, request.text)
+                self._final_error(f"internal error: {type(e).__name__}: {e}", request)
             finally:
+                if not self.shutting_down.is_set():
+                    self.speaking_file.unlink(missing_ok=True)
                 with self.cond:
                     idle = not self.queue
                 if idle:
@@ -217,7 +226,7 @@ class Daemon:
         try:
             choice = self.speech.choose(request.voice, request.style)
         except SpeechError as e:
-            self._error(str(e), request.id, request.text)
+            self._final_error(str(e), request)
             return
         utterance = self.speech.utterance(request.text, choice, request.speed, progress=self._note_progress)
         if request.play:
@@ -232,10 +241,14 @@ class Daemon:
             else:
                 completed = self._synthesize_only(ahead)
         except (TextError, ValueError) as e:
-            self._error(f"cannot speak this text: {e}", request.id, request.text)
+            self._final_error(f"cannot speak this text: {e}", request)
             return
         finally:
             utterance.close(bool(completed))
+        if not completed and self.shutting_down.is_set():
+            # not acknowledged: the broker hands it to the next start, which speaks it from the start
+            log.info("%s cut by the shutdown; it is spoken again after the restart", request.id)
+            return
         if completed is None:
             return  # audio failed for good; the error was published
         seconds = round(ahead.audio().size / choice.sample_rate, 3)
@@ -246,7 +259,7 @@ class Daemon:
             extra["interrupted"] = True
         log.info("%s %s: %.1f s of audio%s", "spoke" if request.play else "prepared", request.id, seconds,
                  f", {self.player.underruns} underruns" if request.play else "")
-        self._event("finished", request, **extra)
+        self._final("finished", request, **extra)
 
     def _synthesize_only(self, ahead: SynthesisAhead) -> bool:
         """Run synthesis to the end (for the cache); False if cut."""
@@ -273,9 +286,11 @@ class Daemon:
                 return self.player.play(ahead, sr, volume, stop=self.cut, progress=self._note_progress)
             except AudioError as e:
                 wait = self.config.audio.retry_seconds
-                last = attempt == AUDIO_ATTEMPTS
-                self._error(f"{e}" + ("" if last else f"; retrying in {wait:g} s"), request.id, request.text)
-                if last or self.cut.wait(wait):
+                if attempt == AUDIO_ATTEMPTS:
+                    self._final_error(str(e), request)
+                    return None
+                self._error(f"{e}; retrying in {wait:g} s", request.id, request.text)
+                if self.cut.wait(wait):
                     return None
         return None
 
@@ -283,6 +298,10 @@ class Daemon:
 
     def _on_connected(self) -> None:
         self.link.publish(self.topics.status, "online", retain=True)
+        if self.interrupted is not None:  # the last run died while speaking this
+            log.warning("the last run was cut while speaking %s", self.interrupted["id"])
+            self.link.publish(self.topics.event, {"event": "interrupted", **self.interrupted})
+            self.interrupted = None
         self._publish_state("speaking" if self.busy else "idle")
         self._publish_selection()
         self._publish_discovery()
@@ -302,6 +321,36 @@ class Daemon:
 
     def _event(self, kind: str, request: SayRequest, **extra) -> None:
         self.link.publish(self.topics.event, event(kind, request, **extra))
+
+    def _final(self, kind: str, request: SayRequest, **extra) -> None:
+        """The request's last event: now the broker may forget the message."""
+        self._event(kind, request, **extra)
+        request.ack()
+
+    def _final_error(self, reason: str, request: SayRequest) -> None:
+        self._error(reason, request.id, request.text)
+        request.ack()
+
+    def _write_speaking_file(self, request: SayRequest) -> None:
+        try:
+            self.speaking_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.speaking_file.write_text(json.dumps({"id": request.id, "text": request.text[:EVENT_TEXT_CHARS],
+                                                      "prepare": not request.play}, ensure_ascii=False))
+        except OSError as e:
+            log.debug("cannot write %s: %s", self.speaking_file, e)
+
+    def _read_speaking_file(self) -> dict | None:
+        """What the last run was speaking when it died (read once, then removed)."""
+        try:
+            data = json.loads(self.speaking_file.read_text("utf-8"))
+            self.speaking_file.unlink()
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            log.warning("ignoring %s (%s)", self.speaking_file, e)
+            self.speaking_file.unlink(missing_ok=True)
+            return None
+        return data if isinstance(data, dict) and isinstance(data.get("id"), str) else None
 
     def _error(self, reason: str, request_id: str | None = None, text: str | None = None) -> None:
         log.warning("error%s: %s", f" ({request_id})" if request_id else "", reason)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import re
 import ssl
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -40,8 +42,9 @@ class Topics:
     def setting_set(self, name: str) -> str:
         return f"{self.prefix}/{name}/set"
 
-    def subscriptions(self) -> list[str]:
-        return [self.say, self.stop, self.prepare, *(self.setting_set(s) for s in SELECTION), self.ha_status]
+    def commands(self) -> list[str]:
+        """What the control connection subscribes to (say and prepare come by the intake)."""
+        return [self.stop, *(self.setting_set(s) for s in SELECTION), self.ha_status]
 
 
 SELECTION = ("volume", "voice", "style")  # what Home Assistant sets and sees (retained)
@@ -84,10 +87,11 @@ def discovery_messages(topics: Topics, client_id: str, voices: list[str],
     ]
 
 
-def _client(mqtt_config: MqttConfig, client_id: str, clean_session: bool) -> paho.Client:
+def _client(mqtt_config: MqttConfig, client_id: str, clean_session: bool,
+            manual_ack: bool = False) -> paho.Client:
     """A client with the configured credentials and TLS."""
     c = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=clean_session,
-                    protocol=paho.MQTTv311)
+                    protocol=paho.MQTTv311, manual_ack=manual_ack)
     if mqtt_config.username is not None:
         c.username_pw_set(mqtt_config.username, mqtt_config.password)
     tls = mqtt_config.tls
@@ -98,106 +102,187 @@ def _client(mqtt_config: MqttConfig, client_id: str, clean_session: bool) -> pah
 
 
 class BrokerLink:
-    """A persistent-session connection that reconnects by itself with backoff.
+    """Two persistent-session connections to the broker, each reconnecting by itself.
 
-    Fixed client id and clean_session off: the broker keeps our QoS 1
-    subscriptions and queues messages while we are away.
+    Fixed client ids and clean_session off: the broker keeps the QoS 1
+    subscriptions and queues messages while the daemon is away.
+
+    - control (the configured client id): the commands (stop, voice, style,
+      volume, Home Assistant's birth message), everything the daemon
+      publishes, and the last will;
+    - intake (`<client id>-intake`): `say` and `prepare`, acknowledged by hand
+      (paho's manual_ack) once the request has its last event. Until then the
+      broker keeps the message and hands it back after a reconnect or a restart
+      of the daemon; its in-flight window (mosquitto's max_inflight_messages,
+      20) holds the rest back. On a connection of their own, requests waiting
+      in that window never hold back a command.
     """
 
     def __init__(self, mqtt_config: MqttConfig, topics: Topics,
-                 on_message: Callable[[str, bytes], None], on_connected: Callable[[], None]):
+                 on_command: Callable[[str, bytes], None],
+                 on_request: Callable[[str, bytes, Callable[[], None]], None],
+                 on_connected: Callable[[], None]):
         self.config = mqtt_config
         self.topics = topics
-        self._on_message = on_message
+        self._on_command = on_command
+        self._on_request = on_request
         self._on_connected = on_connected
         self.connected = False
         self._stopping = False
-        self._recent: OrderedDict = OrderedDict()  # (packet id, topic, payload hash) lately seen
-        c = _client(mqtt_config, mqtt_config.client_id, clean_session=False)
-        c.will_set(topics.status, "offline", qos=1, retain=True)
+        self._intake_started = False
+        self._intake_ready = False  # subscribed once: its session (and subscriptions) then live in the broker
+        self._announce_when_subscribed = False
+        self._lock = threading.Lock()
+        self._held: dict = {}  # requests handed on, not yet acknowledged: (packet id, topic, payload hash)
+        self._done: OrderedDict = OrderedDict()  # lately acknowledged, by the same key
+        self.client = self._make(mqtt_config.client_id, self._connected, self._command)
+        self.client.will_set(topics.status, "offline", qos=1, retain=True)
+        self.client.max_queued_messages_set(1000)
+        self.intake = self._make(f"{mqtt_config.client_id}-intake", self._intake_connected, self._request,
+                                 manual_ack=True)
+        self.intake.on_subscribe = self._intake_subscribed
+
+    def _make(self, client_id: str, on_connect, on_message, manual_ack: bool = False) -> paho.Client:
+        c = _client(self.config, client_id, clean_session=False, manual_ack=manual_ack)
         c.reconnect_delay_set(min_delay=1, max_delay=60)
-        c.max_queued_messages_set(1000)
-        c.on_connect = self._connected
+        c.on_connect = on_connect
         c.on_disconnect = self._disconnected
         c.on_connect_fail = self._connect_failed
-        c.on_message = self._message
-        self.client = c
+        c.on_message = on_message
+        return c
 
     @property
     def where(self) -> str:
         return self.config.where
 
     def start(self) -> None:
+        """Connect; the intake follows once the control connection is accepted (wrong
+        credentials or a broker away: the broker is tried by one connection only)."""
         log.info("connecting to MQTT broker %s as %s", self.where, self.config.client_id)
-        self.client.connect_async(self.config.host, self.config.port, self.config.keepalive)
-        self.client.loop_start()
+        self._begin(self.client)
+
+    def _begin(self, c: paho.Client) -> None:
+        c.connect_async(self.config.host, self.config.port, self.config.keepalive)
+        c.loop_start()
 
     def stop(self) -> None:
         self._stopping = True
         if self.connected:
             self.publish(self.topics.status, "offline", retain=True).wait_for_publish(2)
-        self.client.disconnect()
-        self.client.loop_stop()
+        for c in (self.intake, self.client):
+            c.disconnect()
+            if c is self.client or self._intake_started:
+                c.loop_stop()
 
     def publish(self, topic: str, payload, retain: bool = False, qos: int = 1):
         if isinstance(payload, (dict, list)):
             payload = json.dumps(payload, ensure_ascii=False)
         return self.client.publish(topic, payload, qos=qos, retain=retain)
 
-    # paho callbacks (network thread) -------------------------------------------------
+    # paho callbacks (network threads) ------------------------------------------------
+
+    def _refused(self, client, reason_code) -> bool:
+        if not reason_code.is_failure:
+            return False
+        if client is self.client:  # the intake is refused for the same reason: said once
+            hint = ": check mqtt.username and mqtt.password" if reason_code.value in (4, 5, 134, 135) else ""
+            log.error("MQTT broker %s refused the connection (%s)%s; retrying", self.where, reason_code, hint)
+        return True
 
     def _connected(self, client, userdata, flags, reason_code, properties) -> None:
-        if reason_code.is_failure:
-            hint = ""
-            if reason_code.value in (4, 5, 134, 135):
-                hint = ": check mqtt.username and mqtt.password"
-            log.error("MQTT broker %s refused the connection (%s)%s; retrying", self.where,
-                      reason_code, hint)
+        if self._refused(client, reason_code):
             return
         self.connected = True
         log.info("connected to MQTT broker %s (session %s)", self.where,
                  "resumed" if flags.session_present else "new")
-        client.subscribe([(t, 1) for t in self.topics.subscriptions()])
-        self._on_connected()
+        # a session of an older version also took say/prepare here: they belong to the intake
+        client.unsubscribe([self.topics.say, self.topics.prepare])
+        client.subscribe([(t, 1) for t in self.topics.commands()])
+        with self._lock:
+            announce = self._intake_ready
+            self._announce_when_subscribed = not announce
+            start_intake, self._intake_started = not self._intake_started, True
+        if start_intake:
+            self._begin(self.intake)
+        if announce:
+            self._on_connected()
+
+    def _intake_connected(self, client, userdata, flags, reason_code, properties) -> None:
+        if not self._refused(client, reason_code):
+            client.subscribe([(self.topics.say, 1), (self.topics.prepare, 1)])
+
+    def _intake_subscribed(self, client, userdata, mid, reason_codes, properties) -> None:
+        # `online` only once requests can be received: a say sent on seeing it is not missed
+        with self._lock:
+            first, self._intake_ready = not self._intake_ready, True
+            announce, self._announce_when_subscribed = self._announce_when_subscribed, False
+        if first and announce:
+            self._on_connected()
 
     def _disconnected(self, client, userdata, flags, reason_code, properties) -> None:
-        if self.connected and not self._stopping:
-            log.warning("disconnected from MQTT broker %s (%s); reconnecting", self.where, reason_code)
-        self.connected = False
+        if client is self.client:
+            if self.connected and not self._stopping:
+                log.warning("disconnected from MQTT broker %s (%s); reconnecting", self.where, reason_code)
+            self.connected = False
 
     def _connect_failed(self, client, userdata) -> None:
-        log.warning("cannot reach MQTT broker %s; retrying (is it running? check mqtt.host/port)",
-                    self.where)
+        if client is self.client:
+            log.warning("cannot reach MQTT broker %s; retrying (is it running? check mqtt.host/port)",
+                        self.where)
 
-    def _message(self, client, userdata, message) -> None:
-        t = self.topics
-        if message.retain and message.topic in (t.say, t.prepare, t.stop):
+    def _command(self, client, userdata, message) -> None:
+        if message.retain and message.topic == self.topics.stop:
             # The broker hands a retained command out again on every (re)subscription,
             # i.e. after each reconnect: it is an old message, not a new request.
-            log.warning("ignoring a retained message on %s (publish commands without retain)",
-                        message.topic)
+            log.warning("ignoring a retained message on %s (publish commands without retain)", message.topic)
             return
-        # A QoS 1 message whose acknowledgement was lost comes again with the DUP
-        # flag and the same packet id: drop it, whatever its payload says.
-        key = (message.mid, message.topic, hashlib.sha1(message.payload).digest())
-        if message.dup and key in self._recent:
-            log.info("ignoring a redelivered message on %s", message.topic)
-            return
-        self._recent[key] = None
-        while len(self._recent) > 1000:
-            self._recent.popitem(last=False)
         try:
-            self._on_message(message.topic, message.payload)
+            self._on_command(message.topic, message.payload)
         except Exception:  # never let one message kill the network thread
             log.exception("error while handling a message on %s", message.topic)
+
+    def _request(self, client, userdata, message) -> None:
+        key = (message.mid, message.topic, hashlib.sha1(message.payload).digest())
+        ack = functools.partial(self._ack, key, message.mid, message.qos)
+        if message.retain:  # old, as on the command topics
+            log.warning("ignoring a retained message on %s (publish commands without retain)", message.topic)
+            client.ack(message.mid, message.qos)
+            return
+        with self._lock:
+            # A QoS 1 message not acknowledged yet comes again (DUP set, same packet id)
+            # after a reconnect: in hand already, or done and its acknowledgement lost.
+            again = message.dup and (key in self._held or key in self._done)
+            done = again and key not in self._held
+            if not again:
+                self._held[key] = None
+        if again:
+            log.info("ignoring a redelivered message on %s (%s)", message.topic,
+                     "answered already" if done else "still in hand")
+            if done:
+                client.ack(message.mid, message.qos)
+            return
+        try:
+            self._on_request(message.topic, message.payload, ack)
+        except Exception:  # never let one message kill the network thread
+            log.exception("error while handling a message on %s", message.topic)
+            ack()
+
+    def _ack(self, key, mid: int, qos: int) -> None:
+        """The request has its last event: the broker may forget the message (once)."""
+        with self._lock:
+            if key not in self._held:
+                return  # acknowledged already
+            del self._held[key]
+            self._done[key] = None
+            while len(self._done) > 1000:
+                self._done.popitem(last=False)
+        self.intake.ack(mid, qos)
 
 
 def _connect_once(mqtt_config: MqttConfig, client_id: str, timeout: float,
                   then: Callable[[paho.Client, str], str]) -> tuple[bool, str]:
     """Connect with a clean session (the configured credentials and TLS), run
     `then(client, "host:port")`, report."""
-    import threading
-
     result: dict = {}
     done = threading.Event()
     c = _client(mqtt_config, client_id, clean_session=True)
@@ -258,6 +343,10 @@ def forget_device(mqtt_config: MqttConfig, timeout: float = 10.0) -> tuple[bool,
         if not all(info.is_published() for info in sent):
             raise OSError(f"the broker did not confirm clearing the retained topics within {timeout:g} s")
         return (f"removed the device from Home Assistant (broker {where}: {len(names)} retained topics "
-                f"cleared, the service's MQTT session ended)")
+                f"cleared, the service's MQTT sessions ended)")
 
+    # the intake's session too: a clean connect with its id ends it (and drops its waiting requests)
+    ok, detail = _connect_once(mqtt_config, f"{mqtt_config.client_id}-intake", timeout, lambda c, w: "")
+    if not ok:
+        return ok, detail
     return _connect_once(mqtt_config, mqtt_config.client_id, timeout, clear)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from .engine import SPEED_RANGE
 from .speech import SpeechError, SpeechService, check_number
@@ -39,6 +40,8 @@ class SayRequest:
     volume: float | None = None  # 0..1
     interrupt: bool = False
     play: bool = True  # False: only synthesize into the cache (prepare)
+    # called once the request has its last event: the broker may then forget the message
+    ack: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
 
 
 def _new_id() -> str:

@@ -24,6 +24,7 @@ from .cache import PhraseCache, cache_key, voice_fingerprint
 from .config import voice_styles
 from .engine import Engine, pause_samples
 from .models import ModelError, ModelStore
+from .weights import durable_replace
 
 log = logging.getLogger("hayakoe_pi")
 
@@ -57,7 +58,12 @@ def first_style(styles: list[str], preferred: str) -> str:
 
 
 class SavedSelection:
-    """Voice, style and volume as last chosen (over MQTT); kept in the state file."""
+    """Voice, style and volume as last chosen (over MQTT); kept in the state file.
+
+    Written whole or not at all (temporary file, fsync, rename): a power cut
+    leaves the old file or the new one. One that cannot be read is reported
+    and replaced with the defaults.
+    """
 
     def __init__(self, path: Path, volume: float, voice: str, style: str):
         self.path = path
@@ -70,7 +76,9 @@ class SavedSelection:
         except FileNotFoundError:
             pass
         except (OSError, ValueError, TypeError, AttributeError) as e:
-            log.warning("ignoring unreadable state file %s (%s)", path, e)
+            log.warning("state file %s cannot be read (%s); starting with the defaults", path, e)
+            self.volume, self.voice, self.style = volume, voice, style
+            self.save()
 
     def save(self) -> None:
         data = {"volume": self.volume, "voice": self.voice, "style": self.style}
@@ -79,7 +87,7 @@ class SavedSelection:
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text(json.dumps(data), "utf-8")
             tmp.chmod(0o600)
-            tmp.replace(self.path)
+            durable_replace(tmp, self.path)
         except OSError as e:
             log.warning("cannot save the state to %s (%s)", self.path, e)
 

@@ -50,21 +50,29 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str
 
 
 class Mosquitto:
-    """A private broker on a free loopback port."""
+    """A private broker on a free loopback port (the same port again after a restart).
 
-    def __init__(self, workdir: Path, extra_conf: str = "", port: int | None = None):
+    `as_installed`: configured with the drop-in install.sh writes (mosquitto/hayakoe-pi.conf).
+    """
+
+    def __init__(self, workdir: Path, extra_conf: str = "", port: int | None = None, as_installed: bool = False):
         self.port = port or free_port()
         self.workdir = workdir
         self.conf = workdir / "mosquitto.conf"
         self.extra_conf = extra_conf
+        self.as_installed = as_installed
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "Mosquitto":
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.as_installed:
+            text = (REPO / "mosquitto" / "hayakoe-pi.conf").read_text()
+            text = text.replace("@PORT@", str(self.port)).replace("@ADDRESS@", "127.0.0.1") + self.extra_conf
+        else:
+            text = (f"listener {self.port} 127.0.0.1\n" + (self.extra_conf or "allow_anonymous true\n")
+                    + "persistence true\n")
         self.conf.write_text(
-            f"listener {self.port} 127.0.0.1\n"
-            + (self.extra_conf or "allow_anonymous true\n")
-            + f"persistence true\npersistence_location {self.workdir}/\n"
+            text + f"persistence_location {self.workdir}/\n"
             # as root mosquitto would switch to its own user and fail to save its database here
             + (f"user {pwd.getpwuid(os.getuid()).pw_name}\n" if os.getuid() == 0 else "")
         )
@@ -85,6 +93,11 @@ class Mosquitto:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(10)
+
+    def kill(self) -> None:
+        """kill -9: no clean shutdown, so no last save of its store."""
+        self.proc.kill()
+        self.proc.wait(10)
 
 
 def settle(app, timeout: float = 60):

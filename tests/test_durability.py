@@ -1,0 +1,89 @@
+"""Nothing lost when the daemon or the broker dies (kill -9), and a torn state file.
+
+A request is acknowledged to the broker only once it has its last event, so
+whatever was queued or being spoken when the daemon died comes again.
+"""
+
+import json
+from collections import Counter
+
+from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, appliance, running_daemon, wait_for, write_config
+
+SAMPLE_BYTES = 4  # float32 mono
+
+
+def events_of(probe) -> list[dict]:
+    return [json.loads(p) for t, p, _ in probe.messages if t == f"{probe.prefix}/event"]
+
+
+def count(events, kind) -> Counter:
+    return Counter(e["id"] for e in events if e["event"] == kind)
+
+
+def test_kill_9_of_the_daemon_mid_queue_loses_nothing(tmp_path):
+    broker = Mosquitto(tmp_path / "broker").start()
+    prefix = f"hk{broker.port}"
+    probe = Probe(broker.port, prefix)
+    sink = AlsaSink(tmp_path)
+    config = write_config(tmp_path / "config.yaml", broker.port, prefix, tmp_path, cache={"max_mb": 0})
+    ids = [f"m{i}" for i in range(11)]  # one spoken, ten queued behind it
+    daemon = DaemonProcess(config, sink.home, tmp_path / "first.log")
+    try:
+        wait_for(lambda: probe.last("status") == b"online", 90, what="the daemon to come online")
+        for i in ids:
+            probe.publish("say", {"id": i, "text": f"{i[1:]}番目のお知らせです。"})
+        probe.next_event(event="started", id="m0", timeout=60)
+        wait_for(lambda: sink.raw.stat().st_size > 0.3 * 44100 * SAMPLE_BYTES, 30, what="m0 to be heard")
+        wait_for(lambda: count(events_of(probe), "queued")["m10"] == 1, 30, what="all queued")
+        daemon.proc.kill()  # as the OOM killer would
+        daemon.proc.wait(10)
+        assert not count(events_of(probe), "finished")
+        daemon = DaemonProcess(config, sink.home, tmp_path / "second.log")  # as systemd would
+        wait_for(lambda: len(count(events_of(probe), "finished")) == len(ids), 180,
+                 what="every message to be spoken after the restart")
+    finally:
+        daemon.stop()
+        sink.stop()
+        probe.close()
+        broker.stop()
+    events = events_of(probe)
+    assert count(events, "finished") == {i: 1 for i in ids}
+    assert [e["id"] for e in events if e["event"] == "finished"] == ids  # in the order sent
+    # the cut one again from its start; the others once
+    assert count(events, "started") == {i: 2 if i == "m0" else 1 for i in ids}
+    assert [(e["id"], e["text"]) for e in events if e["event"] == "interrupted"] == [("m0", "0番目のお知らせです。")]
+    assert not [e for e in events if e["event"] in ("error", "duplicate")], events
+
+
+def test_kill_9_of_the_broker_as_installed_loses_no_waiting_message(tmp_path):
+    broker = Mosquitto(tmp_path / "broker", as_installed=True).start()
+    prefix = f"hk{broker.port}"
+    ids = ["w1", "w2", "w3"]
+    probe = Probe(broker.port, prefix)
+    with running_daemon(tmp_path / "first", broker.port, prefix, probe) as app:
+        assert app.probe.reply("say", {"id": "w0", "text": "はい。"})["event"] == "finished"
+    # the daemon is away (its sessions stay): requests wait in the broker for it
+    for i in ids:
+        probe.publish("say", {"id": i, "text": "お待たせしました。"})
+    probe.close()
+    broker.kill()
+    broker.start()
+    probe = Probe(broker.port, prefix)
+    try:
+        with running_daemon(tmp_path / "second", broker.port, prefix, probe):
+            for i in ids:
+                assert probe.next_event(event="finished", id=i, timeout=60)
+    finally:
+        probe.close()
+        broker.stop()
+
+
+def test_a_torn_state_file_is_reported_and_replaced_with_the_defaults(tmp_path):
+    state = tmp_path / "state" / "state.json"
+    state.parent.mkdir()
+    state.write_text('{"volume": 0.3, "voi')  # cut by a power failure
+    with appliance(tmp_path) as app:
+        assert app.probe.reply("say", "はい。")["event"] == "finished"
+        wait_for(lambda: app.probe.last("volume") == b"100", 10, what="the default volume")
+        assert "state file" in app.daemon.output() and "starting with the defaults" in app.daemon.output()
+    assert json.loads(state.read_text()) == {"volume": 1.0, "voice": "tiny-voice", "style": "Neutral"}
