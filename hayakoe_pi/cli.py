@@ -18,7 +18,14 @@ DEFAULT_CONFIG = "/etc/hayakoe-pi/config.yaml"
 def _frontend(args: argparse.Namespace) -> int:
     from .text import FrontEnd, TextError, VocabError
 
-    vocab = Path(args.models).expanduser() / VOCAB_PATH
+    models = args.models
+    if args.config:  # its models and its user dictionary
+        config = _load_config(args)
+        models = models or config.models.dir
+        _use_dictionary(config)
+    if not models:
+        raise ModelError("give --models DIR (a HayaKoe-layout folder) or --config FILE")
+    vocab = Path(models).expanduser() / VOCAB_PATH
     try:
         frontend = FrontEnd(vocab)
     except VocabError as e:
@@ -197,6 +204,57 @@ def _say(args: argparse.Namespace) -> int:
     return 0
 
 
+def _use_dictionary(config: Config, entries=None) -> None:
+    """Make OpenJTalk use the config's user dictionary (or `entries`), compiled in a scratch folder."""
+    import tempfile
+
+    from .text.dictionary import UserDictionary, activate
+
+    if entries is None:
+        words = UserDictionary(Path(config.dictionary.file))
+        for problem in words.load():
+            print(f"warning: {problem}", file=sys.stderr)
+        entries = list(words.entries.values())
+    with tempfile.TemporaryDirectory(prefix="hayakoe-pi-dict-") as scratch:
+        activate(entries, Path(scratch))
+
+
+def _dict(args: argparse.Namespace) -> int:
+    """The user dictionary of a config: add, remove, list, test."""
+    from .text.dictionary import UserDictionary
+
+    config = _load_config(args)
+    words = UserDictionary(Path(config.dictionary.file))
+    for problem in words.load():
+        print(f"warning: {problem}", file=sys.stderr)
+    reload_hint = "the service uses it after: sudo systemctl reload hayakoe-pi"
+    if args.action == "add":
+        data = {"surface": args.surface, "reading": args.reading, "accent": args.accent}
+        data.update({k: v for k, v in (("kind", args.kind), ("priority", args.priority)) if v is not None})
+        entry = words.add(data, use=lambda entries: _use_dictionary(config, entries))  # compiles, or changes nothing
+        _owned_like_folder(words.path)
+        print(f"added {entry.surface} → {entry.reading} (accent {entry.accent}, {entry.kind}, priority "
+              f"{entry.priority}) to {words.path}; {reload_hint}")
+    elif args.action == "remove":
+        entry = words.remove(args.surface)
+        _owned_like_folder(words.path)
+        print(f"removed {entry.surface} from {words.path}; {reload_hint}")
+    elif args.action == "list":
+        for e in sorted(words.entries.values(), key=lambda e: e.surface):
+            print(f"{e.surface}\t{e.reading}\t{e.accent}\t{e.kind}\t{e.priority}")
+    else:  # test: as `frontend --config` reads it
+        args.models = args.models or None
+        return _frontend(args)
+    return 0
+
+
+def _owned_like_folder(path: Path) -> None:
+    """As root in the service's folder: the file goes to the folder's owner (the service user)."""
+    st = path.parent.stat()
+    if os.geteuid() == 0 and path.exists() and path.stat().st_uid != st.st_uid:
+        os.chown(path, st.st_uid, st.st_gid)
+
+
 def _forget(args: argparse.Namespace) -> int:
     """Remove the device from Home Assistant (install.sh --uninstall runs it, the service stopped)."""
     from .mqtt import forget_device
@@ -242,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     fe = sub.add_parser("frontend", help="show how text is read: one JSON object per line")
-    fe.add_argument("--models", required=True, help="models directory (HayaKoe layout)")
+    fe.add_argument("--models", help="models directory (HayaKoe layout); default: the config's")
+    fe.add_argument("--config", help="also read with this config's user dictionary")
     fe.add_argument("text", nargs="*", help="texts; read lines from standard input when none")
     fe.set_defaults(run=_frontend)
 
@@ -287,6 +346,23 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--device", help="output device name or index")
     sa.add_argument("text", nargs="+")
     sa.set_defaults(run=_say)
+
+    dc = sub.add_parser("dict", help="the user dictionary: words read the way the household says them")
+    dc.add_argument("--config", default=DEFAULT_CONFIG, help=f"config file (default {DEFAULT_CONFIG})")
+    dsub = dc.add_subparsers(dest="action", required=True)
+    da = dsub.add_parser("add", help="add or replace a word: SURFACE READING ACCENT")
+    da.add_argument("surface", help="as written, e.g. 晴翔")
+    da.add_argument("reading", help="in katakana, e.g. ハルト")
+    da.add_argument("accent", type=int, help="0: flat; n: the pitch drops after the n-th mora")
+    da.add_argument("--kind", help="proper (default), person, place, organization, noun")
+    da.add_argument("--priority", type=int, help="0-10 (default 5): how strongly it wins over OpenJTalk's words")
+    dr = dsub.add_parser("remove", help="remove a word")
+    dr.add_argument("surface")
+    dsub.add_parser("list", help="the words, one per line: surface, reading, accent, kind, priority")
+    dt = dsub.add_parser("test", help="show how texts are read with the dictionary (as frontend does)")
+    dt.add_argument("--models", help="models directory (default: the config's)")
+    dt.add_argument("text", nargs="*")
+    dc.set_defaults(run=_dict)
 
     dv = sub.add_parser("devices", help="list audio output devices, the one to use marked *")
     dv.add_argument("--suggest", action="store_true",

@@ -90,6 +90,11 @@ class CacheConfig:
         the service and for the CLI given this config."""
         return Path(self.dir) / "models"
 
+    @property
+    def dictionary_dir(self) -> Path:
+        """The user dictionary compiled for OpenJTalk."""
+        return Path(self.dir) / "dictionary"
+
 
 @dataclass(frozen=True)
 class QueueConfig:
@@ -108,6 +113,11 @@ class WyomingConfig:
 @dataclass(frozen=True)
 class StateConfig:
     file: str = "/var/lib/hayakoe-pi/state.json"
+
+
+@dataclass(frozen=True)
+class DictionaryConfig:
+    file: str = "/var/lib/hayakoe-pi/dictionary.yaml"
 
 
 @dataclass(frozen=True)
@@ -130,6 +140,7 @@ class Config:
     queue: QueueConfig = section(QueueConfig)
     wyoming: WyomingConfig = section(WyomingConfig)
     state: StateConfig = section(StateConfig)
+    dictionary: DictionaryConfig = section(DictionaryConfig)
     watchdog: WatchdogConfig = section(WatchdogConfig)
     log: LogConfig = section(LogConfig)
 

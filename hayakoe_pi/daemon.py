@@ -12,6 +12,7 @@ Threads:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -30,8 +31,10 @@ from .config import Config
 from .engine import TextError
 from .models import ModelStore
 from .mqtt import SELECTION, BrokerLink, Topics, discovery_messages
-from .mqtt_api import EVENT_TEXT_CHARS, PayloadError, SayRequest, error_event, event, parse_say, parse_volume
+from .mqtt_api import (EVENT_TEXT_CHARS, PayloadError, SayRequest, error_event, event, parse_say, parse_volume,
+                       parse_word)
 from .speech import SavedSelection, SpeechError, SpeechService
+from .text.dictionary import UserDictionary
 
 log = logging.getLogger("hayakoe_pi")
 
@@ -51,7 +54,9 @@ class Daemon:
                                    voice_cfg.name, voice_cfg.style)
         self.speech = SpeechService(self.store, PhraseCache(config.cache.dir, config.cache.max_mb),
                                     selection, voice_cfg.name, voice_cfg.style, voice_cfg.speed,
-                                    voice_cfg.style_weight, config.queue.max_text_chars)
+                                    voice_cfg.style_weight, config.queue.max_text_chars,
+                                    UserDictionary(Path(config.dictionary.file)), config.cache.dictionary_dir)
+        self._reload_dictionary(announce=False)
         self.player = Player(config.audio.device)
         self.topics = Topics(config.mqtt.topic_prefix, config.mqtt.discovery_prefix)
         self.link = BrokerLink(config.mqtt, self.topics, self.on_command, self.on_request, self._on_connected)
@@ -103,6 +108,8 @@ class Daemon:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+        # after a hand edit of the dictionary file (systemctl reload)
+        signal.signal(signal.SIGHUP, lambda *_: self.control.submit(self._reload_dictionary))
         self.start()
         sdnotify.notify("READY=1", f"STATUS=voice {self.speech.current_voice()}, waiting for {self.topics.say}")
         interval = sdnotify.watchdog_interval()
@@ -127,6 +134,8 @@ class Daemon:
         t = self.topics
         if topic == t.stop:
             self.stop_all()
+        elif topic in (t.dictionary_add, t.dictionary_remove):
+            self.control.submit(self._change_dictionary, topic == t.dictionary_add, payload)
         elif topic == t.ha_status:
             if payload.strip() == b"online":  # Home Assistant restarted: announce again
                 self._publish_discovery()
@@ -194,6 +203,32 @@ class Daemon:
             if name == "voice":
                 self._publish_discovery()  # the style list follows the voice
         self._publish_selection()  # on refusal too, so Home Assistant shows the real value
+
+    # --- the user dictionary (control thread) --------------------------------------------
+
+    def _change_dictionary(self, adding: bool, payload: bytes) -> None:
+        try:
+            data = parse_word(payload, adding)
+            entry = self.speech.add_word(data) if adding else self.speech.remove_word(data.get("surface"))
+        except (ValueError, RuntimeError, OSError) as e:
+            self._error(f"dictionary not changed: {e}")
+            return
+        log.info("dictionary: %s %s (%s, accent %d)", "added" if adding else "removed", entry.surface,
+                 entry.reading, entry.accent)
+        self.link.publish(self.topics.event, {"event": "dictionary", "action": "added" if adding else "removed",
+                                              **dataclasses.asdict(entry)})
+
+    def _reload_dictionary(self, announce: bool = True) -> None:
+        try:
+            problems = self.speech.reload_dictionary()
+        except (RuntimeError, OSError) as e:
+            log.error("the user dictionary cannot be used (%s); speaking without it", e)
+            problems = [str(e)]
+        words = len(self.speech.dictionary.entries)
+        log.info("dictionary: %d words from %s", words, self.speech.dictionary.path)
+        if announce:
+            self.link.publish(self.topics.event, {"event": "dictionary", "action": "reloaded", "words": words,
+                                                  "problems": problems})
 
     # --- speaking (worker thread) --------------------------------------------------------
 

@@ -153,18 +153,12 @@ class Engine:
     def sample_rate(self) -> int:
         return self.voice.sample_rate
 
-    @property
-    def styles(self) -> list[str]:
-        return list(self.voice.styles)
+    def exclusive(self) -> threading.Lock:
+        """Held, no synthesis step runs (for swapping what every step shares: OpenJTalk's dictionary)."""
+        return self._lock
 
     def voices(self) -> list[str]:
         return self.store.voices()
-
-    def use_voice(self, name: str, speaker: str | int | None = None) -> None:
-        """Switch voice; on any error the current voice stays."""
-        voice = self.store.voice(name)
-        sid = voice.speaker_id(speaker)
-        self.voice, self.speaker = voice, sid
 
     def analyze(self, text: str) -> Analysis:
         return self.store.frontend.analyze(text)

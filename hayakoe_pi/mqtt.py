@@ -33,6 +33,8 @@ class Topics:
         self.status = f"{prefix}/status"
         self.state = f"{prefix}/state"
         self.event = f"{prefix}/event"
+        self.dictionary_add = f"{prefix}/dictionary/add"
+        self.dictionary_remove = f"{prefix}/dictionary/remove"
         self.ha_status = f"{discovery_prefix}/status"
 
     def setting(self, name: str) -> str:
@@ -44,7 +46,8 @@ class Topics:
 
     def commands(self) -> list[str]:
         """What the control connection subscribes to (say and prepare come by the intake)."""
-        return [self.stop, *(self.setting_set(s) for s in SELECTION), self.ha_status]
+        return [self.stop, *(self.setting_set(s) for s in SELECTION), self.dictionary_add, self.dictionary_remove,
+                self.ha_status]
 
 
 SELECTION = ("volume", "voice", "style")  # what Home Assistant sets and sees (retained)

@@ -117,6 +117,30 @@ def parse_volume(payload: bytes) -> float:
     return check_number(number, "volume", 0, 100)
 
 
+def parse_word(payload: bytes, adding: bool) -> dict:
+    """A dictionary/add or /remove payload: JSON {"surface", "reading", "accent", ...}, or as
+    plain text "晴翔 ハルト 1" (add) and "晴翔" (remove), which a Home Assistant text entity sends."""
+    try:
+        raw = payload.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ValueError("payload is not valid UTF-8 text") from None
+    if raw.startswith("{"):
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, RecursionError) as e:
+            raise ValueError(f"invalid JSON: {getattr(e, 'msg', e)}") from None
+        if not isinstance(data, dict):
+            raise ValueError("JSON payload must be an object")
+        return data
+    parts = raw.split()
+    if adding and len(parts) == 3 and parts[2].isdigit():
+        return {"surface": parts[0], "reading": parts[1], "accent": int(parts[2])}
+    if not adding and len(parts) == 1:
+        return {"surface": parts[0]}
+    raise ValueError('give JSON {"surface": "晴翔", "reading": "ハルト", "accent": 1}'
+                     + (' or "晴翔 ハルト 1"' if adding else ' or the word alone'))
+
+
 def event(kind: str, request: SayRequest, **extra) -> dict:
     payload = {"event": kind, "id": request.id, "text": request.text[:EVENT_TEXT_CHARS], **extra}
     if not request.play:

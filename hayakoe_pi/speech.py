@@ -24,6 +24,7 @@ from .cache import PhraseCache, cache_key, voice_fingerprint
 from .config import voice_styles
 from .engine import Engine, pause_samples
 from .models import ModelError, ModelStore
+from .text.dictionary import Entry, UserDictionary, active_words, prepare, use
 from .weights import durable_replace
 
 log = logging.getLogger("hayakoe_pi")
@@ -128,8 +129,10 @@ class SpeechService:
     """Loads the current voice at once (a broken one fails the start), the others when asked for."""
 
     def __init__(self, store: ModelStore, cache: PhraseCache, selection: SavedSelection, voice: str,
-                 style: str, speed: float, style_weight: float, max_text_chars: int):
+                 style: str, speed: float, style_weight: float, max_text_chars: int,
+                 dictionary: UserDictionary | None = None, dictionary_build_dir: Path | None = None):
         self.store, self.cache, self.selection = store, cache, selection
+        self.dictionary, self.dictionary_build_dir = dictionary, dictionary_build_dir
         self.default_style, self.speed, self.style_weight = style, speed, style_weight
         self.max_text_chars = max_text_chars
         self.lock = threading.Lock()  # the selection: read by every request, changed by commands
@@ -202,7 +205,11 @@ class SpeechService:
     def utterance(self, text: str, choice: Choice, speed: float | None = None, progress=None) -> Utterance:
         """`text` (checked) spoken with `choice`: from the phrase cache, else synthesized ahead."""
         speed = self.speed if speed is None else speed
-        key = cache_key(text, choice.voice, choice.style, self.style_weight, speed, list(choice.fingerprint))
+        shaped_by = list(choice.fingerprint)
+        words = active_words()
+        if words:  # a phrase read with other user words is another phrase
+            shaped_by.append(words)
+        key = cache_key(text, choice.voice, choice.style, self.style_weight, speed, shaped_by)
         cached = self.cache.get(key, choice.sample_rate)
         if cached is not None:
             return Utterance(SynthesisAhead.of_chunks([cached], choice.sample_rate), True, None)
@@ -244,6 +251,32 @@ class SpeechService:
     def shown(self, name: str) -> str:
         with self.lock:
             return self.selection.shown(name)
+
+    # --- the user dictionary ---------------------------------------------------------------
+
+    def reload_dictionary(self) -> list[str]:
+        """Read the dictionary file and use it; returns the problems found (each also logged)."""
+        with self.lock:
+            problems = self.dictionary.load()
+            for problem in problems:
+                log.warning("%s", problem)
+            self._use_words(list(self.dictionary.entries.values()))
+        return problems
+
+    def add_word(self, data) -> Entry:
+        """Add (or replace) an entry: used from the next utterance on, and saved."""
+        with self.lock:
+            return self.dictionary.add(data, use=self._use_words)
+
+    def remove_word(self, surface) -> Entry:
+        with self.lock:
+            return self.dictionary.remove(surface, use=self._use_words)
+
+    def _use_words(self, entries: list[Entry]) -> None:
+        ready = prepare(entries, self.dictionary_build_dir)  # compiling takes a second: speech goes on
+        # swapped between two engine steps: an utterance is read with one dictionary, never half of each
+        with self.engine.exclusive():
+            use(ready)
 
     def current_voice(self) -> str:
         with self.lock:

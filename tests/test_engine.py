@@ -275,15 +275,6 @@ def test_voices_share_one_bert_session(store):
     assert store.voices() == ["tiny-voice", "tiny-voice-nodur"]
 
 
-def test_use_voice_keeps_current_on_error(store):
-    eng = Engine(FIXTURE_MODELS, voice=VOICE, store=store)
-    with pytest.raises(ModelError):
-        eng.use_voice("no-such-voice")
-    assert eng.voice.name == VOICE
-    eng.use_voice("tiny-voice-nodur")
-    assert eng.voice.name == "tiny-voice-nodur"
-
-
 # --- clear errors for broken model directories ---------------------------------
 
 def _error(models_dir, voice=VOICE) -> str:

@@ -68,10 +68,32 @@ def _read_latin_words(text: str) -> str:
     return _LATIN_WORD_RE.sub(lambda m: _dictionary_reading(m.group()) or m.group(), text)
 
 
+_protected: re.Pattern | None = None  # the user dictionary's words, left as written
+
+
+def protect_words(words: list[str]) -> None:
+    """Keep these words (the user dictionary's) out of the readings: OpenJTalk reads them."""
+    global _protected
+    longest_first = sorted(set(words), key=len, reverse=True)
+    _protected = re.compile("|".join(map(re.escape, longest_first))) if longest_first else None
+    _dictionary_reading.cache_clear()
+
+
+def _readings(text: str) -> str:
+    return _read_latin_words(expand_readings(text))
+
+
 def normalize_text(text: str) -> str:
     text = unicodedata.normalize("NFKC", text)
-    text = expand_readings(text)
-    text = _read_latin_words(text)
+    protected = _protected
+    if protected is None:
+        text = _readings(text)
+    else:
+        parts, last = [], 0
+        for m in protected.finditer(text):
+            parts += [_readings(text[last:m.start()]), m.group()]
+            last = m.end()
+        text = "".join(parts) + _readings(text[last:])
     text = text.replace("~", "ー").replace("～", "ー").replace("〜", "ー")
     text = replace_punctuation(text)
     # Stray combining (semi-)voiced marks: "あ゛" → "あ".

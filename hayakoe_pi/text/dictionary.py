@@ -1,0 +1,255 @@
+"""The household's own words, read the way it says them: OpenJTalk's user dictionary.
+
+The entries live in one YAML file the service owns (`dictionary.file`):
+
+    - surface: 晴翔       # as it is written in the texts
+      reading: ハルト     # katakana
+      accent: 1          # 0: flat (heiban); n: the pitch drops after the n-th mora
+      kind: person       # proper (default), person, place, organization, noun
+      priority: 5        # 0-10 (default 5): how strongly it wins over OpenJTalk's own words
+
+They are compiled into a MeCab user dictionary (in a child process: the
+compiler prints progress bars) and handed to OpenJTalk. A user word is also
+kept out of the readings table's way (numbers, units, spelled-out letters),
+so 「SwitchBot」 reaches OpenJTalk as written. OpenJTalk is process-wide:
+`activate` swaps it for every caller at once; the engine calls it between
+two of its steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import subprocess
+import sys
+import unicodedata
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+log = logging.getLogger("hayakoe_pi")
+
+# MeCab features (品詞, 細分類 1-3) of each kind of word
+KINDS = {
+    "proper": "名詞,固有名詞,一般,*",
+    "person": "名詞,固有名詞,人名,一般",
+    "place": "名詞,固有名詞,地域,一般",
+    "organization": "名詞,固有名詞,組織,*",
+    "noun": "名詞,一般,*,*",
+}
+MAX_SURFACE_CHARS = 40
+MAX_READING_MORAS = 40
+_SMALL_KANA = set("ァィゥェォャュョヮ")  # joined to the kana before them: no mora of their own
+_KATAKANA_RE = re.compile(r"[ァ-ヶー]+")
+_SURFACE_RE = re.compile(r"[^\W_]+(?:[-・'&.][^\W_]+)*")  # letters, digits, kana, kanji; inner - ・ ' & .
+
+
+def moras(reading: str) -> int:
+    return sum(c not in _SMALL_KANA for c in reading)
+
+
+def _full_width(text: str) -> str:
+    """As OpenJTalk hands text to MeCab: ASCII in its full-width form."""
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in text)
+
+
+@dataclass(frozen=True)
+class Entry:
+    surface: str
+    reading: str
+    accent: int
+    kind: str = "proper"
+    priority: int = 5
+
+    def csv_line(self) -> str:
+        """One MeCab dictionary line; the ids are left for the compiler to find from the features."""
+        # lower wins: 5 (the default) beats a common word OpenJTalk knows (東京), 0 only unknown ones
+        cost = 5000 - 800 * self.priority
+        surface = _full_width(self.surface)
+        return (f"{surface},,,{cost},{KINDS[self.kind]},*,*,{surface},{self.reading},{self.reading},"
+                f"{self.accent}/{moras(self.reading)},*")
+
+
+def check_entry(data) -> Entry:
+    """An entry as given (YAML, JSON or the CLI), checked; ValueError says what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError("an entry must be a mapping with surface, reading and accent")
+    unknown = sorted(set(data) - {"surface", "reading", "accent", "kind", "priority"})
+    if unknown:
+        raise ValueError(f"unknown field {', '.join(map(repr, unknown))}; known: surface, reading, accent, "
+                         "kind, priority")
+    surface = data.get("surface")
+    if not isinstance(surface, str) or not surface.strip():
+        raise ValueError("surface must be a non-empty text")
+    surface = unicodedata.normalize("NFKC", surface.strip())
+    if len(surface) > MAX_SURFACE_CHARS or not _SURFACE_RE.fullmatch(surface) or surface.isdigit():
+        raise ValueError(f"surface {surface[:MAX_SURFACE_CHARS]!r} must be one word of letters, kana or kanji "
+                         f"(not only digits), at most {MAX_SURFACE_CHARS} characters")
+    reading = data.get("reading")
+    if isinstance(reading, str):
+        reading = unicodedata.normalize("NFKC", reading.strip())
+    if not isinstance(reading, str) or not _KATAKANA_RE.fullmatch(reading) or reading[0] in _SMALL_KANA | {"ー"}:
+        raise ValueError(f"reading {reading!r} of {surface} must be katakana (e.g. ハルト)")
+    count = moras(reading)
+    if count > MAX_READING_MORAS:
+        raise ValueError(f"reading of {surface} is longer than {MAX_READING_MORAS} moras")
+    accent = data.get("accent")
+    if isinstance(accent, bool) or not isinstance(accent, int) or not 0 <= accent <= count:
+        raise ValueError(f"accent of {surface} must be a whole number from 0 (flat) to {count} "
+                         f"(the moras of {reading}), got {accent!r}")
+    kind = data.get("kind", "proper")
+    if kind not in KINDS:
+        raise ValueError(f"kind of {surface} must be one of {', '.join(KINDS)}, got {kind!r}")
+    priority = data.get("priority", 5)
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 10:
+        raise ValueError(f"priority of {surface} must be a whole number from 0 to 10, got {priority!r}")
+    return Entry(surface, reading, accent, kind, priority)
+
+
+def fingerprint(entries) -> str:
+    """Identity of a set of entries ("" for none): part of the phrase cache's key."""
+    if not entries:
+        return ""
+    blob = json.dumps(sorted(list(asdict(e).values()) for e in entries), ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+# --- what OpenJTalk uses now (process-wide) ------------------------------------------------
+
+_active = ""  # fingerprint of the entries in use
+
+
+def active_words() -> str:
+    """Fingerprint of the user words OpenJTalk uses now ("" for none)."""
+    return _active
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A set of entries ready to be used: compiled, loaded into an OpenJTalk of its own."""
+
+    fingerprint: str
+    words: tuple[str, ...]
+    jtalk: object  # pyopenjtalk's instance manager
+
+
+def prepare(entries: list[Entry], build_dir: Path) -> Prepared:
+    """The slow part (compiling, loading the dictionaries), done while the engine goes on.
+
+    Compiled once per set of entries into `build_dir`, a file named by their
+    fingerprint, written whole or not at all; raises when it cannot be.
+    """
+    import pyopenjtalk
+
+    with pyopenjtalk._global_jtalk():  # pyopenjtalk finds its system dictionary on first use
+        pass
+    if not entries:  # the system dictionary alone (pyopenjtalk has no call for going back to it)
+        return Prepared("", (), pyopenjtalk._global_instance_manager(pyopenjtalk._jtalk_factory))
+    print_ = fingerprint(entries)
+    dic = build_dir / f"user-{print_}.dic"
+    if not dic.is_file():
+        _compile(entries, build_dir, dic)
+    jtalk = pyopenjtalk.OpenJTalk(dn_mecab=pyopenjtalk.OPEN_JTALK_DICT_DIR, userdic=str(dic).encode("utf-8"))
+    return Prepared(print_, tuple(e.surface for e in entries), pyopenjtalk._global_instance_manager(instance=jtalk))
+
+
+def use(prepared: Prepared) -> None:
+    """Make OpenJTalk (and the readings table) use the prepared entries: a swap, at once."""
+    global _active
+    import pyopenjtalk
+
+    from . import normalize
+
+    pyopenjtalk._global_jtalk = prepared.jtalk
+    normalize.protect_words(list(prepared.words))
+    _active = prepared.fingerprint
+
+
+def activate(entries: list[Entry], build_dir: Path) -> None:
+    """prepare, then use (for callers with nothing running alongside: the CLI)."""
+    use(prepare(entries, build_dir))
+
+
+def _compile(entries: list[Entry], build_dir: Path, dic: Path) -> None:
+    build_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    csv = dic.with_suffix(".csv")
+    csv.write_text("".join(e.csv_line() + "\n" for e in entries), "utf-8")
+    tmp = dic.with_suffix(".dic.tmp")
+    r = subprocess.run([sys.executable, "-c", "import sys, pyopenjtalk; pyopenjtalk.mecab_dict_index(*sys.argv[1:])",
+                        str(csv), str(tmp)], capture_output=True, text=True, timeout=120)
+    csv.unlink(missing_ok=True)
+    if r.returncode != 0 or not tmp.is_file():
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"compiling the user dictionary failed: {(r.stderr or r.stdout).strip()[-300:]}")
+    tmp.replace(dic)
+    for old in build_dir.glob("user-*.dic"):  # one set in use at a time
+        if old != dic:
+            old.unlink(missing_ok=True)
+
+
+# --- the file ---------------------------------------------------------------------------------
+
+class UserDictionary:
+    """The entries of one dictionary file: read (bad entries reported and skipped), changed, saved."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.entries: dict[str, Entry] = {}
+
+    def load(self) -> list[str]:
+        """Read the file; returns what was wrong with it (each bad entry, or the whole file)."""
+        self.entries = {}
+        try:
+            data = yaml.safe_load(self.path.read_text("utf-8"))
+        except FileNotFoundError:
+            return []
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            return [f"{self.path} cannot be read ({e}); speaking without the user dictionary"]
+        if data is None:
+            return []
+        if not isinstance(data, list):
+            return [f"{self.path} must be a list of entries; speaking without the user dictionary"]
+        problems = []
+        for i, item in enumerate(data, 1):
+            try:
+                entry = check_entry(item)
+            except ValueError as e:
+                problems.append(f"{self.path} entry {i} skipped: {e}")
+                continue
+            self.entries[entry.surface] = entry
+        return problems
+
+    def add(self, data, use=None) -> Entry:
+        """Add (or replace) an entry. `use(entries)`, when given, puts the new set to work
+        first: if it fails, nothing changes."""
+        entry = check_entry(data)
+        self._change({**self.entries, entry.surface: entry}, use)
+        return entry
+
+    def remove(self, surface, use=None) -> Entry:
+        key = unicodedata.normalize("NFKC", surface.strip()) if isinstance(surface, str) else None
+        if key not in self.entries:
+            raise ValueError(f"{surface!r} is not in the dictionary")
+        entry = self.entries[key]
+        self._change({k: v for k, v in self.entries.items() if k != key}, use)
+        return entry
+
+    def _change(self, entries: dict[str, Entry], use) -> None:
+        if use is not None:
+            use(list(entries.values()))
+        self.entries = entries
+        self.save()
+
+    def save(self) -> None:
+        from ..weights import durable_replace
+
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = self.path.with_suffix(".tmp")
+        items = [{k: v for k, v in asdict(e).items() if (k, v) not in (("kind", "proper"), ("priority", 5))}
+                 for e in sorted(self.entries.values(), key=lambda e: e.surface)]
+        tmp.write_text(yaml.safe_dump(items, allow_unicode=True, sort_keys=False), "utf-8")
+        tmp.chmod(0o600)
+        durable_replace(tmp, self.path)

@@ -1,0 +1,210 @@
+"""The user dictionary: entries checked, compiled into OpenJTalk, used by the real front end."""
+
+import json
+import re
+import signal
+
+import pytest
+import yaml
+
+from conftest import FIXTURE_MODELS, GOLDEN, REF_MODELS, needs_shared
+from harness import appliance, wait_for
+from hayakoe_pi.cache import PhraseCache
+from hayakoe_pi.models import ModelStore
+from hayakoe_pi.speech import SavedSelection, SpeechService
+from hayakoe_pi.text import FrontEnd
+from hayakoe_pi.text.dictionary import UserDictionary, activate, check_entry, moras
+from hayakoe_pi.text.g2p import g2p
+from hayakoe_pi.text.normalize import normalize_text
+
+HARUTO = {"surface": "晴翔", "reading": "ハルト", "accent": 1, "kind": "person"}
+
+
+@pytest.fixture
+def use_words(tmp_path):
+    """Put entries to work in this process; back to no user words afterwards."""
+    def use(*entries):
+        activate([check_entry(e) for e in entries], tmp_path / "build")
+    yield use
+    activate([], tmp_path / "build")
+
+
+def phones_and_tones(text):
+    r = g2p(normalize_text(text))
+    return list(zip(r.phones, r.tones))
+
+
+# --- entries --------------------------------------------------------------------------------
+
+def test_moras_count_small_kana_with_the_kana_before():
+    assert [moras(r) for r in ("ハルト", "キャット", "ショー", "ヴァイオリン", "ン")] == [3, 3, 2, 5, 1]
+
+
+@pytest.mark.parametrize("entry, reason", [
+    ({"surface": "", "reading": "ハルト", "accent": 1}, "surface must be a non-empty text"),
+    ({"surface": "晴翔", "reading": "はると", "accent": 1}, "must be katakana"),
+    ({"surface": "晴翔", "reading": "ハルト", "accent": 4}, "from 0 (flat) to 3"),
+    ({"surface": "晴翔", "reading": "ハルト", "accent": -1}, "from 0 (flat) to 3"),
+    ({"surface": "晴翔", "reading": "ハルト", "accent": "1"}, "accent of 晴翔 must be a whole number"),
+    ({"surface": "晴翔", "reading": "ハルト"}, "accent of 晴翔 must be a whole number"),
+    ({"surface": "123", "reading": "イチニサン", "accent": 0}, "not only digits"),
+    ({"surface": "a,b", "reading": "エービー", "accent": 0}, "must be one word"),
+    ({"surface": "晴翔", "reading": "ハルト", "accent": 1, "kind": "pet"}, "kind of 晴翔 must be one of"),
+    ({"surface": "晴翔", "reading": "ハルト", "accent": 1, "priority": 11}, "priority of 晴翔"),
+    ({"surface": "晴翔", "reading": "ハルト", "accent": 1, "colour": "red"}, "unknown field 'colour'"),
+    ("晴翔", "must be a mapping"),
+])
+def test_bad_entries_are_refused_with_the_reason(entry, reason):
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        check_entry(entry)
+
+
+def test_the_file_skips_bad_entries_and_survives_a_corrupt_one(tmp_path):
+    path = tmp_path / "dictionary.yaml"
+    path.write_text("- {surface: 晴翔, reading: ハルト, accent: 1}\n- {surface: 陽葵, reading: ひまり, accent: 1}\n")
+    words = UserDictionary(path)
+    problems = words.load()
+    assert list(words.entries) == ["晴翔"]
+    assert len(problems) == 1 and "entry 2 skipped" in problems[0] and "katakana" in problems[0]
+    path.write_text("- {surface: 晴翔, reading: [")
+    assert "cannot be read" in words.load()[0] and words.entries == {}
+    # changes are saved, and a change that cannot be put to work changes nothing
+    words.add(HARUTO)
+
+    def cannot_compile(entries):
+        raise RuntimeError("compiling the user dictionary failed")
+
+    with pytest.raises(RuntimeError):
+        words.add({"surface": "陽葵", "reading": "ヒマリ", "accent": 1}, use=cannot_compile)
+    assert list(words.entries) == ["晴翔"]
+    again = UserDictionary(path)
+    assert again.load() == [] and list(again.entries) == ["晴翔"]
+    again.remove("晴翔")
+    assert UserDictionary(path).load() == [] and path.read_text().strip() == "[]"
+
+
+# --- in the front end ------------------------------------------------------------------------
+
+def test_an_entry_sets_the_reading_and_the_accent(use_words):
+    before = phones_and_tones("晴翔です")
+    assert [p for p, _ in before[1:7]] == ["h", "a", "r", "e", "sh", "o"]  # OpenJTalk alone: 晴 + 翔
+    use_words(HARUTO)
+    # accent 1 (atamadaka): the first mora high, then low
+    assert phones_and_tones("晴翔です")[1:9] == [("h", 1), ("a", 1), ("r", 0), ("u", 0), ("t", 0), ("o", 0),
+                                               ("d", 0), ("e", 0)]
+    use_words(dict(HARUTO, accent=0))
+    # accent 0 (heiban): low, then high to the end and on through the particle
+    assert phones_and_tones("晴翔です")[1:9] == [("h", 0), ("a", 0), ("r", 1), ("u", 1), ("t", 1), ("o", 1),
+                                               ("d", 1), ("e", 1)]
+
+
+def test_priority_decides_against_openjtalks_own_word(use_words):
+    tokyo = {"surface": "東京", "reading": "ヒガシキョウ", "accent": 2}
+    use_words(dict(tokyo, priority=0))
+    assert g2p(normalize_text("東京に行く")).phones[1:5] == ["t", "o", "o", "ky"]
+    use_words(tokyo)  # the default priority wins over a common word
+    assert g2p(normalize_text("東京に行く")).phones[1:7] == ["h", "i", "g", "a", "sh", "i"]
+
+
+def test_user_words_and_the_readings_table_work_around_each_other(use_words):
+    assert normalize_text("SwitchBotの電池は20%です") == "スイッチボットの電池は二十パーセントです"
+    use_words({"surface": "SwitchBot", "reading": "スイッチボット", "accent": 5},
+              HARUTO, {"surface": "LED", "reading": "レッド", "accent": 1})
+    # the user words reach OpenJTalk as written; numbers and units around them are read as before
+    assert normalize_text("SwitchBotの電池は20%です") == "SwitchBotの電池は二十パーセントです"
+    assert normalize_text("晴翔の部屋は3℃、LEDは2個") == "晴翔の部屋は三度,LEDは二個"
+    phones = " ".join(g2p(normalize_text("晴翔の部屋は3℃、LEDは2個")).phones)
+    assert phones.startswith("_ h a r u t o n o") and " r e q d o w a " in phones
+
+
+def test_an_empty_dictionary_changes_nothing(use_words):
+    fe = FrontEnd(FIXTURE_MODELS / "bert" / "tokenizer" / "vocab.txt")
+    texts = ["晴翔が帰りました。", "東京は3℃です。", "SwitchBotの電池が20%です。"]
+    before = [fe.analyze(t).as_dict() for t in texts]
+    use_words(HARUTO, {"surface": "SwitchBot", "reading": "スイッチボット", "accent": 5})
+    assert [fe.analyze(t).as_dict() for t in texts] != before
+    use_words()
+    assert [fe.analyze(t).as_dict() for t in texts] == before
+
+
+@needs_shared
+def test_after_words_come_and_go_the_front_end_is_hayakoes(use_words):
+    use_words(HARUTO)
+    use_words()
+    fe = FrontEnd(REF_MODELS / "bert" / "tokenizer" / "vocab.txt")
+    rows = [json.loads(line) for line in (GOLDEN / "frontend_public.jsonl").read_text().splitlines()]
+    assert all(fe.analyze(r["text"]).as_dict()["phones"] == r["phones"] for r in rows)
+
+
+# --- in the speech service -----------------------------------------------------------------
+
+def test_a_new_word_is_not_served_the_old_cached_audio(tmp_path, use_words):
+    store = ModelStore(FIXTURE_MODELS, derived_dir=tmp_path / "derived")
+    speech = SpeechService(store, PhraseCache(tmp_path / "cache", 10),
+                           SavedSelection(tmp_path / "state.json", 1.0, "tiny-voice", "Neutral"),
+                           "tiny-voice", "Neutral", 1.0, 1.0, 100,
+                           UserDictionary(tmp_path / "dictionary.yaml"), tmp_path / "build")
+
+    def speak():
+        u = speech.utterance("晴翔です。", speech.choose())
+        index = 0
+        while not u.ahead.at_end(index):
+            index += u.ahead.get(index, timeout=1.0) is not None
+        u.close(True)
+        return u
+
+    assert not speak().cached and speak().cached
+    speech.add_word(HARUTO)
+    with_word = speak()
+    assert not with_word.cached  # another reading: not the old audio
+    assert speak().cached
+    speech.remove_word("晴翔")
+    assert speak().cached  # the first reading again, from the cache
+    assert UserDictionary(tmp_path / "dictionary.yaml").load() == []
+
+
+# --- over MQTT ---------------------------------------------------------------------------------
+
+LONG = "冷蔵庫のドアが開いています。閉めてください。" * 3
+
+
+def test_a_word_added_from_home_assistant_is_used_from_the_next_announcement(tmp_path):
+    words = tmp_path / "dictionary.yaml"
+    words.write_text("- {surface: 陽葵, reading: ヒマリ, accent: 1}\n- {surface: bad, reading: x, accent: 9}\n")
+    with appliance(tmp_path, dictionary={"file": str(words)}) as app:
+        assert "entry 2 skipped" in app.daemon.output()
+        before = app.probe.reply("say", {"id": "b", "text": "晴翔が帰りました。"})
+        app.probe.drain()
+        app.probe.publish("say", {"id": "long", "text": LONG})
+        app.probe.next_event(event="started", id="long")
+        app.probe.publish("dictionary/add", {"surface": "晴翔", "reading": "ハルト", "accent": 1})
+        added = app.probe.next_event(event="dictionary")
+        assert (added["action"], added["surface"], added["reading"], added["accent"]) == ("added", "晴翔", "ハルト", 1)
+        long = app.probe.next_event(event="finished", id="long", timeout=90)
+        assert "interrupted" not in long  # the utterance in progress goes on as it was
+        # the phrase spoken (and cached) with the old reading is not served again
+        assert before["cached"] is False
+        assert app.probe.reply("say", {"id": "a", "text": "晴翔が帰りました。"})["cached"] is False
+        assert app.probe.reply("say", {"id": "a2", "text": "晴翔が帰りました。"})["cached"] is True
+        # the plain forms a Home Assistant text entity sends, and a refusal
+        app.probe.publish("dictionary/add", "陽向 ヒナタ 0")
+        assert app.probe.next_event(event="dictionary", surface="陽向")["action"] == "added"
+        error = app.probe.reply("dictionary/add", {"surface": "晴翔", "reading": "はると", "accent": 1})
+        assert error["event"] == "error" and "katakana" in error["error"]
+        app.probe.publish("dictionary/remove", "陽向")
+        assert app.probe.next_event(event="dictionary", surface="陽向")["action"] == "removed"
+        assert [e["surface"] for e in yaml.safe_load(words.read_text())] == ["晴翔", "陽葵"]
+        # a hand edit, then systemctl reload (SIGHUP)
+        words.write_text("- {surface: 晴翔, reading: ハルト, accent: 1}\n- {surface: x, reading: エックス, accent: 9}\n")
+        app.probe.drain()
+        app.daemon.proc.send_signal(signal.SIGHUP)
+        reloaded = app.probe.next_event(event="dictionary", action="reloaded")
+        assert reloaded["words"] == 1 and len(reloaded["problems"]) == 1 and "entry 2" in reloaded["problems"][0]
+
+
+def test_a_corrupt_dictionary_at_start_is_logged_and_speech_goes_on(tmp_path):
+    words = tmp_path / "dictionary.yaml"
+    words.write_text("- {surface: 晴翔, reading: [")
+    with appliance(tmp_path, dictionary={"file": str(words)}) as app:
+        assert app.probe.reply("say", "晴翔が帰りました。")["event"] == "finished"
+        wait_for(lambda: "cannot be read" in app.daemon.output(), 5, what="the problem logged")

@@ -1,0 +1,67 @@
+"""BrokerLink's intake in-process: what is handed on, what is acknowledged, and when."""
+
+from types import SimpleNamespace
+
+from hayakoe_pi.config import MqttConfig
+from hayakoe_pi.mqtt import BrokerLink, Topics
+
+
+class FakeIntake:
+    def __init__(self):
+        self.acks = []
+
+    def ack(self, mid, qos):
+        self.acks.append((mid, qos))
+
+
+def make_link():
+    handed = []
+    link = BrokerLink(MqttConfig(), Topics("hk", "homeassistant"), on_command=lambda t, p: None,
+                      on_request=lambda t, p, ack: handed.append((p, ack)), on_connected=lambda: None)
+    link.intake = FakeIntake()
+    return link, handed
+
+
+def message(mid, payload=b"hello", dup=False, retain=False, topic="hk/say", qos=1):
+    return SimpleNamespace(mid=mid, payload=payload, dup=dup, retain=retain, topic=topic, qos=qos)
+
+
+def test_a_request_is_acknowledged_once_when_answered():
+    link, handed = make_link()
+    link._request(link.intake, None, message(5))
+    (payload, ack), = handed
+    assert payload == b"hello" and link.intake.acks == []  # not on receipt
+    ack()
+    ack()
+    assert link.intake.acks == [(5, 1)]
+
+
+def test_redeliveries_of_a_packet_in_hand_or_answered_are_dropped():
+    link, handed = make_link()
+    link._request(link.intake, None, message(7))
+    link._request(link.intake, None, message(7, dup=True))  # after a reconnect, still queued here
+    assert len(handed) == 1 and link.intake.acks == []
+    handed[0][1]()
+    link._request(link.intake, None, message(7, dup=True))  # answered, but the PUBACK was lost
+    assert len(handed) == 1 and link.intake.acks == [(7, 1), (7, 1)]
+    # the packet id used again for another message, or a first delivery: handed on
+    link._request(link.intake, None, message(7, payload=b"other", dup=True))
+    link._request(link.intake, None, message(7))
+    assert [p for p, _ in handed] == [b"hello", b"other", b"hello"]
+
+
+def test_a_retained_request_is_acknowledged_and_not_spoken():
+    link, handed = make_link()
+    link._request(link.intake, None, message(3, retain=True))
+    assert handed == [] and link.intake.acks == [(3, 1)]
+
+
+def test_a_failing_handler_still_acknowledges():
+    link, _ = make_link()
+
+    def broken(topic, payload, ack):
+        raise RuntimeError("bug")
+
+    link._on_request = broken
+    link._request(link.intake, None, message(9))
+    assert link.intake.acks == [(9, 1)]
