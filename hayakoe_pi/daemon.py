@@ -1,13 +1,15 @@
 """The appliance: MQTT requests in, speech out of the sound card.
 
-Threads:
-- paho's network thread parses each message and queues it (never blocks);
+Threads (ARCHITECTURE.md has them all):
+- paho's network threads: the intake parses each say/prepare and queues it,
+  the control connection hands commands on (neither ever blocks);
 - one worker speaks the queue in order, playing while a synthesis thread of
-  the utterance runs ahead of it (ahead.py);
-- one control thread applies voice/style/volume changes (a voice may take
-  seconds to load);
-- the main thread waits for SIGTERM and pings the systemd watchdog while the
-  worker makes progress.
+  the utterance runs ahead of it (ahead.py); a request is acknowledged to the
+  broker with its last event;
+- one control thread applies voice/style/volume and dictionary changes (a
+  voice may take seconds to load, the words a second to compile);
+- the main thread waits for SIGTERM/SIGHUP and pings the systemd watchdog
+  while the worker makes progress.
 """
 
 from __future__ import annotations

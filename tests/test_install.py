@@ -114,14 +114,16 @@ def test_unit_has_the_service_contract():
 
 @needs_systemd_analyze
 def test_unit_verifies_clean(tmp_path):
-    """`systemd-analyze verify` in a root where ExecStart exists (a stub) and the system units too."""
+    """`systemd-analyze verify` in a root where the Exec* commands exist (stubs) and the system units too."""
     if SYSTEM_UNITS is None:
         pytest.skip("no systemd unit directory with sysinit.target on this machine")
     root = tmp_path / "root"
-    exe = root / unit_settings()["ExecStart"][0].split()[0].lstrip("/")
-    exe.parent.mkdir(parents=True)
-    exe.write_text("#!/bin/sh\n")
-    exe.chmod(0o755)
+    for key, values in unit_settings().items():
+        if key.startswith("Exec"):
+            exe = root / values[0].split()[0].lstrip("/")
+            exe.parent.mkdir(parents=True, exist_ok=True)
+            exe.write_text("#!/bin/sh\n")
+            exe.chmod(0o755)
     (root / "etc/systemd/system").mkdir(parents=True)
     shutil.copy(UNIT, root / "etc/systemd/system" / UNIT.name)
     shutil.copytree(SYSTEM_UNITS, root / "usr/lib/systemd/system", symlinks=True)
