@@ -179,8 +179,8 @@ CASES = [
     ("2026.12.02", "二千二十六年十二月二日"),
     ("2026/4に", "二千二十六年四月に"),
     ("12/25はクリスマス", "十二月二十五日はクリスマス"),
-    ("12/31(土)", "十二月三十一日(土)"),
-    ("1/2(金)", "一月二日(金)"),
+    ("12/31(土)", "十二月三十一日土曜日"),  # the weekday read, its brackets gone (no pause)
+    ("1/2(金)", "一月二日金曜日"),
     ("5/10", "五月十日"),
     ("2026-12-02T14:30:00に実行", "二千二十六年十二月二日十四時三十分に実行"),
     ("1999年", "千九百九十九年"),
@@ -255,8 +255,8 @@ CASES = [
     ("CPU温度は55℃です", "シーピーユー温度は五十五度です"),
     ("GPSで位置を確認", "ジーピーエスで位置を確認"),
     ("IDを入力", "アイディーを入力"),
-    ("OKです", "オーケイです"),
-    ("NHKをつけて", "エヌエイチケイをつけて"),
+    ("OKです", "オーケーです"),  # K is ケー, as broadcasters say it
+    ("NHKをつけて", "エヌエイチケーをつけて"),
     ("Alexa、電気をつけて", "アレクサ、電気をつけて"),
     ("Googleで検索", "グーグルで検索"),
     ("iPhoneを充電", "アイフォーンを充電"),
@@ -269,7 +269,7 @@ CASES = [
     ("MP3を再生", "エムピースリーを再生"),
     ("4Kテレビ", "ヨンケーテレビ"),
     ("5Gに接続", "ファイブジーに接続"),
-    ("3LDKの部屋", "三エルディーケイの部屋"),
+    ("3LDKの部屋", "三エルディーケーの部屋"),
     ("ABC12", "エイビーシー十二"),
     ("XQZ", "エックスキューゼット"),  # unknown to the dictionary: spelled
     # plain numbers, ordinals, multiplication, codes
@@ -298,6 +298,61 @@ CASES = [
 @pytest.mark.parametrize("raw,want", CASES, ids=[c[0] for c in CASES])
 def test_cases(raw, want):
     assert expand(raw) == want
+
+
+# Weekdays in brackets after a date, fractions against dates, K, product names
+# (issue 16): sentences of our own, with the cases where the other reading is right.
+READ_AS_SAID = [
+    ("1月9日(金)は燃えるゴミの日です", "一月九日金曜日は燃えるゴミの日です"),
+    ("次の収集は12月1日(月)です", "次の収集は十二月一日月曜日です"),
+    ("5/3(祝)は休館", "五月三日祝日は休館"),
+    ("3月20日（土・祝）", "三月二十日土曜日祝日"),
+    ("1/9(金)", "一月九日金曜日"),
+    ("会議室(金)", "会議室(金)"),  # no date before: the bracket stays
+    ("タンクの水は3/4です", "タンクの水は四ぶんの三です"),
+    ("残りは1/2です", "残りは二分の一です"),
+    ("3/4の予定は会議です", "三月四日の予定は会議です"),
+    ("3/4から工事です", "三月四日から工事です"),
+    ("次回は1/2です", "次回は一月二日です"),
+    ("期限は2/3です", "期限は二月三日です"),
+    ("3/4〜3/10は休み", "三月四日から三月十日は休み"),
+    ("1/4程度", "四ぶんの一程度"),
+    ("7/15は晴れ", "七月十五日は晴れ"),  # not a common fraction: a date
+    ("OKボタン", "オーケーボタン"),
+    ("2DKの部屋", "二ディーケーの部屋"),
+    ("KDDIの回線", "ケーディーディーアイの回線"),
+    ("NHK", "エヌエイチケー"),
+    ("4Kテレビ", "ヨンケーテレビ"),
+]
+
+
+@pytest.mark.parametrize("raw,want", READ_AS_SAID, ids=[c[0] for c in READ_AS_SAID])
+def test_read_as_said(raw, want):
+    assert expand(raw) == want
+
+
+PRODUCT_NAMES = [
+    ("Fire Stickを起動します", "ファイアスティックを起動します"),
+    ("Nest Miniが応答しません", "ネストミニが応答しません"),
+    ("Echo Dotの音量を上げます", "エコードットの音量を上げます"),
+    ("SwitchBot Hub Miniがオフラインです", "スイッチボットハブミニがオフラインです"),
+    ("Hue Bridgeにつながりません", "ヒューブリッジにつながりません"),
+    ("AirPods Proの電池が少なくなっています", "エアーポッズプロの電池が少なくなっています"),
+    ("Ring Doorbellが押されました", "リングドアベルが押されました"),
+    ("Apple Watchを充電してください", "アップルウォッチを充電してください"),
+    ("Nature Remoの温度は20℃です", "ネイチャーリモの温度は二十度です"),
+    # capitals are an acronym, spelled; known acronyms as before
+    ("HUBの電源", "エイチユービーの電源"),
+    ("LEDが点灯しました", "エルイーディーが点灯しました"),
+    ("USB3で接続", "ユーエスビースリーで接続"),
+]
+
+
+@pytest.mark.parametrize("raw,want", PRODUCT_NAMES, ids=[c[0] for c in PRODUCT_NAMES])
+def test_english_words_in_product_names_are_read_as_words(raw, want):
+    from hayakoe_pi.text.normalize import normalize_text
+
+    assert normalize_text(raw) == want
 
 
 # --- what must not change ---------------------------------------------------

@@ -15,7 +15,7 @@ from functools import lru_cache
 import pyopenjtalk
 
 from .phonemes import PUNCTUATIONS
-from .readings import expand_readings
+from .readings import ENGLISH_WORDS, expand_readings
 
 # Marks folded onto the seven punctuation symbols the model knows.
 _PUNCT_MAP: dict[str, str] = {
@@ -62,10 +62,24 @@ def _dictionary_reading(word: str) -> str | None:
     return reading or None
 
 
+_CAMEL_PARTS_RE = re.compile(r"[A-Z][a-z]+")
+
+
+def _latin_word(word: str) -> str:
+    if not word.isupper() or len(word) > 5:  # capitals are an acronym, spelled
+        english = ENGLISH_WORDS.get(word.lower())
+        if english:
+            return english
+        parts = _CAMEL_PARTS_RE.findall(word)  # AirPods: Air + Pods
+        if len(parts) > 1 and "".join(parts) == word and all(p.lower() in ENGLISH_WORDS for p in parts):
+            return "".join(ENGLISH_WORDS[p.lower()] for p in parts)
+    return _dictionary_reading(word) or word
+
+
 def _read_latin_words(text: str) -> str:
     # Read word by word: left in place, the spaces between English words would
     # be dropped later and the words run together into one spelled-out blob.
-    return _LATIN_WORD_RE.sub(lambda m: _dictionary_reading(m.group()) or m.group(), text)
+    return _LATIN_WORD_RE.sub(lambda m: _latin_word(m.group()), text)
 
 
 _protected: re.Pattern | None = None  # the user dictionary's words, left as written

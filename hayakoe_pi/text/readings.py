@@ -87,6 +87,7 @@ _UNITS: dict[str, tuple[str, str]] = {
 _FRACTIONS = _DATA["fractions"]
 _KNOWN: dict[str, str] = dict(_DATA["known_words"])
 _KNOWN_CI: dict[str, str] = {k.lower(): v for k, v in _DATA["known_words_ignore_case"].items()}
+ENGLISH_WORDS: dict[str, str] = {k.lower(): v for k, v in _DATA["english_words"].items()}
 
 # ---------------------------------------------------------------------------
 # Numbers
@@ -216,6 +217,9 @@ _TILDE_RANGE_RE = re.compile(
 )
 _HYPHEN_RANGE_RE = re.compile(rf"(\d{_RANGE_COUNTERS})[ ]*[-–][ ]*(?={_CUR}?\d)")
 
+_WEEKDAYS: dict[str, str] = _DATA["weekdays"]
+_WEEKDAY = f"(?:{_alt(_WEEKDAYS)})"
+
 _RULES: list[tuple[str, str]] = [
     ("known", _KNOWN_RE),
     ("version", rf"(?<![A-Za-z])(?P<ve_m>{_alt(_VERSION_MARKERS)}) ?(?P<ve_n>\d+(?:\.\d+)+)(?!\d)"),
@@ -225,6 +229,7 @@ _RULES: list[tuple[str, str]] = [
     ("phone", r"(?<![\d\-])0\d{1,4}-\d{1,4}-\d{3,4}(?![\d\-])"),
     ("ym", r"(?<![\d./])(?P<ym_y>\d{4})/(?P<ym_m>0?[1-9]|1[0-2])(?![\d/]|\.\d)"),
     ("slash", rf"(?<![\d./])(?P<sl_a>\d+)/(?P<sl_b>\d+)(?![\d/]|\.\d)(?: ?(?P<sl_u>{_UNIT}))?"),
+    ("weekday", rf"(?:(?<=\d日)|(?<=\d/\d)|(?<=\d/\d\d)) ?[(\[](?P<wd>{_WEEKDAY}(?:・{_WEEKDAY})*)[)\]]"),
     ("hm", r"(?<![\d.])(?P<hm_h>\d+)h ?(?P<hm_m>\d+)m(?:in)?(?![A-Za-z])"),
     ("ms", r"(?<![\d.])(?P<ms_m>\d+)m ?(?P<ms_s>\d+)s(?![A-Za-z])"),
     ("time", rf"(?:(?<![A-Za-z])(?P<t_pre>{_AMPM}) ?)?(?<![\d:.])(?P<t_h>[01]?\d|2\d|30):"
@@ -250,6 +255,10 @@ _MASTER_RE = re.compile("|".join(f"(?P<{name}>{pat})" for name, pat in _RULES))
 
 _FRACTION_AFTER_RE = re.compile(f"(?:{_alt(_FRACTIONS['followed_by'])})")
 _WEEKDAY_AFTER_RE = re.compile(rf" ?[(\[]?[{''.join(_FRACTIONS['weekdays'])}](?:曜|[)\]])")
+_DATE_AFTER_RE = re.compile(f"(?:{_alt(_FRACTIONS['date_after'])})")
+_DATE_BEFORE_RE = re.compile(f"(?:{_alt(_FRACTIONS['date_before'])})[はがの:：]? ?$")
+_DATE_RANGE_AFTER_RE = re.compile(rf" ?(?:{_TILDE}|から|-) ?\d{{1,2}}/\d{{1,2}}(?!\d)")
+_DATE_RANGE_BEFORE_RE = re.compile(rf"(?<![\d/])\d{{1,2}}/\d{{1,2}} ?(?:{_TILDE}|から|-) ?$")
 _ANY_TARGET_RE = re.compile(r"[0-9A-Za-z%°℃℉¥$€£₩‰Ωμ×]")
 
 # ---------------------------------------------------------------------------
@@ -273,15 +282,22 @@ def _fraction(numerator: str, denominator: str) -> str:
 
 
 def _slash(m: re.Match) -> str:
+    """a/b: a date or a fraction, by what is around it (rules in data/readings.yaml: fractions)."""
     a, b = m["sl_a"], m["sl_b"]
     if m["sl_u"]:  # a pair of values sharing a unit: 120/80mmHg
         return _with_unit(m, number_to_kanji(a) + _W["pair"] + number_to_kanji(b), m["sl_u"])
-    after = m.string[m.end():]
+    before, after = m.string[:m.start()], m.string[m.end():]
     is_date = 1 <= int(a) <= 12 and 1 <= int(b) <= 31
-    if is_date and not _WEEKDAY_AFTER_RE.match(after):
+    if is_date and not _date_context(before, after):
         if f"{int(a)}/{int(b)}" in _FRACTIONS["always"] or _FRACTION_AFTER_RE.match(after):
             is_date = False
     return _date(None, a, b) if is_date else _fraction(a, b)
+
+
+def _date_context(before: str, after: str) -> bool:
+    """A weekday after it, a word of dates after or before it, or another date of a range."""
+    return bool(_WEEKDAY_AFTER_RE.match(after) or _DATE_AFTER_RE.match(after) or _DATE_BEFORE_RE.search(before)
+                or _DATE_RANGE_AFTER_RE.match(after) or _DATE_RANGE_BEFORE_RE.search(before))
 
 
 def _dotted(number: str) -> str:
@@ -344,7 +360,10 @@ def _dictionary_acronym(letters: str) -> str | None:
 
 
 def _acronym(m: re.Match) -> str:
-    out = _dictionary_acronym(m["ac_l"]) or "".join(_LETTERS[c] for c in m["ac_l"])
+    known = _dictionary_acronym(m["ac_l"])
+    if known and "K" in m["ac_l"]:  # ケー, as broadcasters and everyday speech say K (OpenJTalk: ケイ)
+        known = known.replace("ケイ", _LETTERS["K"])
+    out = known or "".join(_LETTERS[c] for c in m["ac_l"])
     return out + (_english_number(m["ac_n"]) if m["ac_n"] else "")
 
 
@@ -368,6 +387,7 @@ _HANDLERS = {
     "phone": lambda m: _SPOKEN_SEP.join(_spoken_digits(g) for g in m.group().split("-")),
     "ym": lambda m: _date(m["ym_y"], m["ym_m"], None),
     "slash": _slash,
+    "weekday": lambda m: "".join(_WEEKDAYS[d] for d in m["wd"].split("・")),
     "hm": lambda m: number_to_kanji(m["hm_h"]) + _W["hours"] + number_to_kanji(m["hm_m"]) + _W["minute"],
     "ms": lambda m: number_to_kanji(m["ms_m"]) + _W["minute"] + number_to_kanji(m["ms_s"]) + _W["second"],
     "time": _time,
