@@ -52,6 +52,7 @@ class MqttConfig:
     client_id: str = "hayakoe-pi"
     topic_prefix: str = "hayakoe"
     discovery_prefix: str = "homeassistant"
+    birth_topic: str = "homeassistant/status"
     keepalive: int = setting(60, 5, 3600)
 
     @property
@@ -216,7 +217,7 @@ def _check(config: Config) -> None:
     """What a type and a range cannot say."""
     if config.log.level.upper() not in LOG_LEVELS:
         raise ConfigError(f"log.level must be one of {', '.join(LOG_LEVELS)}")
-    for key in ("topic_prefix", "discovery_prefix"):
+    for key in ("topic_prefix", "discovery_prefix", "birth_topic"):
         prefix = getattr(config.mqtt, key)
         if not prefix or any(c in prefix for c in "#+\0") or prefix.startswith("/"):
             raise ConfigError(f"mqtt.{key} {prefix!r} is not a valid MQTT topic prefix")

@@ -60,7 +60,7 @@ class Daemon:
                                     UserDictionary(Path(config.dictionary.file)), config.cache.dictionary_dir)
         self._reload_dictionary(announce=False)
         self.player = Player(config.audio.device)
-        self.topics = Topics(config.mqtt.topic_prefix, config.mqtt.discovery_prefix)
+        self.topics = Topics(config.mqtt.topic_prefix, config.mqtt.discovery_prefix, config.mqtt.birth_topic)
         self.link = BrokerLink(config.mqtt, self.topics, self.on_command, self.on_request, self._on_connected)
         # the request being spoken, on disk: after a crash the next start tells Home Assistant
         self.speaking_file = Path(config.state.file).with_name("speaking.json")

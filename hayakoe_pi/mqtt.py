@@ -24,7 +24,7 @@ log = logging.getLogger("hayakoe_pi.mqtt")
 class Topics:
     """All topic names, under the configured prefixes."""
 
-    def __init__(self, prefix: str, discovery_prefix: str):
+    def __init__(self, prefix: str, discovery_prefix: str, birth_topic: str = "homeassistant/status"):
         self.prefix = prefix
         self.discovery_prefix = discovery_prefix
         self.say = f"{prefix}/say"
@@ -35,7 +35,7 @@ class Topics:
         self.event = f"{prefix}/event"
         self.dictionary_add = f"{prefix}/dictionary/add"
         self.dictionary_remove = f"{prefix}/dictionary/remove"
-        self.ha_status = f"{discovery_prefix}/status"
+        self.ha_status = birth_topic  # Home Assistant's birth message: `online` when it (re)starts
 
     def setting(self, name: str) -> str:
         """Retained state topic of a setting (volume, voice, style)."""
@@ -57,6 +57,15 @@ def node_id(client_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", client_id) or "hayakoe-pi"
 
 
+def entity_slug(text: str) -> str:
+    """As Home Assistant makes an object id into an entity id: lower case, underscores."""
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
+# Who sends the discovery messages: Home Assistant's log names it for any problem with them.
+ORIGIN = {"name": "hayakoe-pi", "sw_version": __version__}
+
+
 def discovery_messages(topics: Topics, client_id: str, voices: list[str],
                        styles: list[str]) -> list[tuple[str, dict]]:
     """(topic, config) for each Home Assistant entity of the device."""
@@ -71,7 +80,10 @@ def discovery_messages(topics: Topics, client_id: str, voices: list[str],
     }
 
     def entity(component: str, key: str, name: str, **fields) -> tuple[str, dict]:
+        # default_entity_id names the entity as Home Assistant 2025.10+ wants it; object_id (deprecated
+        # there, ignored when both come) keeps the same entity id on older versions
         config = {"name": name, "unique_id": f"{node}_{key}", "object_id": f"{node}_{key}",
+                  "default_entity_id": f"{component}.{entity_slug(node)}_{key}", "origin": ORIGIN,
                   **common, **fields}
         return f"{topics.discovery_prefix}/{component}/{node}/{key}/config", config
 
@@ -336,7 +348,7 @@ def forget_device(mqtt_config: MqttConfig, timeout: float = 10.0) -> tuple[bool,
     connection uses the daemon's client id with a clean session, which ends
     its persistent session (and the messages the broker kept for it).
     """
-    topics = Topics(mqtt_config.topic_prefix, mqtt_config.discovery_prefix)
+    topics = Topics(mqtt_config.topic_prefix, mqtt_config.discovery_prefix, mqtt_config.birth_topic)
 
     def clear(client: paho.Client, where: str) -> str:
         names = retained_topics(topics, mqtt_config.client_id)

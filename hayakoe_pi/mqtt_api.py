@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +45,12 @@ class SayRequest:
     ack: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
 
 
+# JSON is meant when the payload opens an object the way JSON does: `{"` or `{}`
+# (spaces allowed). Any other text is spoken, braces and all; broken JSON of
+# that shape is refused with its error.
+_JSON_OBJECT_RE = re.compile(r'\s*\{\s*(?:"|\})')
+
+
 def _new_id() -> str:
     return uuid.uuid4().hex[:12]
 
@@ -54,9 +61,9 @@ def parse_say(payload: bytes, service: SpeechService, play: bool = True) -> SayR
         raw = payload.decode("utf-8")
     except UnicodeDecodeError:
         raise PayloadError("payload is not valid UTF-8 text") from None
-    if raw.lstrip().startswith(("{", "[")):
+    if _JSON_OBJECT_RE.match(raw) or raw.lstrip().startswith("["):
         request = _parse_json(raw, service)
-    else:
+    else:  # plain text, also when it starts with a brace: {笑}ただいま
         request = SayRequest(id=_new_id(), text=raw)
     request.play = play
     try:

@@ -320,3 +320,19 @@ def test_forget_takes_the_device_out_of_home_assistant(tmp_path):
         r = subprocess.run(cli, capture_output=True, text=True, timeout=60,
                            env=dict(os.environ, PYTHONPATH=str(REPO)))
         assert r.returncode == 1 and "cannot reach broker" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_birth_topic_is_its_own_setting(tmp_path):
+    """Home Assistant says `online` on homeassistant/status whatever the discovery prefix: configurable."""
+    with appliance(tmp_path, make_probe=lambda port, prefix: Probe(port, prefix, discovery_prefix="hk-discovery"),
+                   mqtt={"discovery_prefix": "hk-discovery", "birth_topic": "hk-ha/birth"}) as app:
+        def announced():
+            return sum(1 for t, _, _ in app.probe.messages if t.startswith("hk-discovery/") and t.endswith("/config"))
+
+        wait_for(lambda: announced() >= 6, 10, what="discovery under the configured prefix")
+        before = announced()
+        app.probe.client.publish("hk-discovery/status", "online", qos=1).wait_for_publish(5)  # not the birth topic
+        app.probe.client.publish("hk-ha/birth", "online", qos=1).wait_for_publish(5)
+        app.probe.publish("volume/set", "50")  # handled after both, on the same connection
+        wait_for(lambda: app.probe.last("volume") == b"50", 10, what="the volume after the birth messages")
+        assert announced() == before + 6  # announced again once: for the birth topic alone

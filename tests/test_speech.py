@@ -174,6 +174,18 @@ def test_bad_payloads_are_refused_with_the_reason_and_their_id(service, payload,
     assert (e.value.request_id == "a") == has_id
 
 
+@pytest.mark.parametrize("payload", ["{笑}ただいま", "{お知らせ} 洗濯が終わりました", "{ text: 1 }"])
+def test_text_opening_with_a_brace_is_spoken_as_text(service, payload):
+    r = parse_say(payload.encode(), service)
+    assert r.text == payload.strip() and len(r.id) == 12
+
+
+@pytest.mark.parametrize("payload", ['{"text": "x", "id": "a"', ' { "text": }', "{}"])
+def test_json_shaped_payloads_stay_json(service, payload):
+    with pytest.raises(PayloadError, match="invalid JSON|'text' must be a string"):
+        parse_say(payload.encode(), service)
+
+
 def test_volume_payloads():
     assert parse_volume(b" 35 ") == 35.0
     for bad in (b"loud", b"101", b"nan"):
