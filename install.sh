@@ -297,6 +297,15 @@ default_config() {
         -e "/^audio:/,/^[^[:space:]#]/ s|^(  device:[[:space:]]*)default|\\1$device|" "$1"
 }
 
+# Replace the (untouched) config with the default naming voice $1 and device $2.
+write_default_config() {
+    local tmp
+    tmp="$(mktemp "$CONFIG.XXXXXX")"
+    default_config "$SRC/config.yaml" "$1" "$2" >"$tmp"
+    own_config "$tmp"
+    mv -f "$tmp" "$CONFIG"
+}
+
 # The config may hold the MQTT password: root:hayakoe-pi 0640.
 own_config() {
     chmod 0640 "$1"
@@ -349,10 +358,7 @@ VOICE="${VOICE:-$DEFAULT_VOICE}"
 [[ "$VOICE" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || die "bad voice.name '$VOICE' in $CONFIG"
 if [ "$VOICE" != "$CONFIG_VOICE" ]; then
     if [ "$CONFIG_IS_DEFAULT" = 1 ]; then
-        tmp="$(mktemp "$CONFIG.XXXXXX")"
-        default_config "$SRC/config.yaml" "$VOICE" "$CONFIG_DEVICE" >"$tmp"
-        own_config "$tmp"
-        mv -f "$tmp" "$CONFIG"
+        write_default_config "$VOICE" "$CONFIG_DEVICE"
         say "set voice.name: $VOICE in $CONFIG"
     else
         warn "$CONFIG uses voice $CONFIG_VOICE; to speak with $VOICE, set voice.name: $VOICE there" \
@@ -372,10 +378,7 @@ if [ "$CONFIG_DEVICE" = default ]; then
     if [ "$rc" = 0 ] && [ "$suggestion" != default ]; then
         step "Sound card: $reason"
         if [ "$CONFIG_IS_DEFAULT" = 1 ] && [[ "$suggestion" != *'"'* ]]; then
-            tmp="$(mktemp "$CONFIG.XXXXXX")"
-            default_config "$SRC/config.yaml" "$VOICE" "$suggestion" >"$tmp"
-            own_config "$tmp"
-            mv -f "$tmp" "$CONFIG"
+            write_default_config "$VOICE" "$suggestion"
             say "set audio.device: \"$suggestion\" in $CONFIG (the others: hayakoe-pi devices)"
         else
             warn "set audio.device: \"$suggestion\" in $CONFIG (the others: hayakoe-pi devices)"
