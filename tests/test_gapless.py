@@ -185,9 +185,13 @@ def test_wyoming_at_full_speed_a_client_never_waits(app):
 
 def test_wyoming_on_a_slow_cpu_no_hole_inside_a_sentence(slow_app):
     wyoming_say(slow_app, WARM_UP)
+    throttled = slow_app.cpu.throttled()
     run = wyoming_say(slow_app, TEXT)
     assert run["seconds"] / run["end"] < 1.0, \
         "the quota did not make synthesis slower than real time"
-    assert run["gaps"], "slower than real time, the client must have waited somewhere"
+    # the quota bit (as in the MQTT test above); whether the client then waits
+    # between sentences or only before the first depends on how far ahead the
+    # server judged it could run: no gap is required, a hole in speech is refused
+    assert slow_app.cpu.throttled() > throttled, run
     assert run["in_speech"] == [], run
     assert run["first_sound"] < run["end"] / 2, run

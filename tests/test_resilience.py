@@ -72,7 +72,8 @@ BAD_PAYLOADS = st.one_of(
               CONTROL, st.text("あいう", max_size=5)),
     st.builds(lambda v: _json(id=v, text="はい"), NOT_A_STRING.filter(
         lambda v: v is not None and not (isinstance(v, int) and not isinstance(v, bool)))),
-    st.sampled_from([b"{not json", b'{"text": "x",}', b"[1, 2, 3]", b"{}", b'{"text": null}']),
+    # JSON-shaped but broken (`{笑}…` without a quote is text, and spoken: test_speech.py)
+    st.sampled_from([b'{"text": not json', b'{"text": "x",}', b"[1, 2, 3]", b"{}", b'{"text": null}']),
 )
 
 
