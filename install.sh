@@ -46,9 +46,11 @@ CACHE_DIR="$ROOT/var/cache/hayakoe-pi"
 UNIT="$ROOT/etc/systemd/system/hayakoe-pi.service"
 MOSQUITTO_CONF="$ROOT/etc/mosquitto/conf.d/hayakoe-pi.conf"
 APT_PACKAGES=(python3-venv python3-pip libportaudio2 alsa-utils curl ca-certificates)
-# The model layout and the default voice come from the package (the system python3 runs it)
-layout() { python3 "$SRC/hayakoe_pi/layout.py" "$@"; }
-DEFAULT_VOICE="$(layout default-voice)" || { echo "install.sh: error: python3 not found" >&2; exit 1; }
+# The model layout and the default voice come from the package (hayakoe_pi/layout.py): the
+# default voice read from it as text (a minimal system has no python3 before the apt step),
+# the file lists by running it once python3 is there.
+DEFAULT_VOICE="$(sed -n 's/^DEFAULT_VOICE = "\([A-Za-z0-9._-]*\)"$/\1/p' "$SRC/hayakoe_pi/layout.py")"
+[ -n "$DEFAULT_VOICE" ] || { echo "install.sh: error: no DEFAULT_VOICE in $SRC/hayakoe_pi/layout.py" >&2; exit 1; }
 # without systemd, which otherwise makes mosquitto's /run folder for its pid file
 MOSQUITTO_BY_HAND="sudo install -d -o mosquitto /run/mosquitto && sudo mosquitto -d -c /etc/mosquitto/mosquitto.conf"
 
@@ -444,8 +446,8 @@ if [ "$SKIP_SYSTEM" != 1 ]; then
 fi
 
 # --- models ---------------------------------------------------------------------------
-mapfile -t REQUIRED_FILES < <(layout required "$VOICE")
-mapfile -t OPTIONAL_FILES < <(layout optional "$VOICE")
+mapfile -t REQUIRED_FILES < <("$PYTHON" "$SRC/hayakoe_pi/layout.py" required "$VOICE")
+mapfile -t OPTIONAL_FILES < <("$PYTHON" "$SRC/hayakoe_pi/layout.py" optional "$VOICE")
 [ ${#REQUIRED_FILES[@]} -gt 0 ] || die "cannot read the model layout from $SRC/hayakoe_pi/layout.py"
 
 # Does file $1 have size $2 and sha256 $3 (each checked only when not empty)?
