@@ -117,7 +117,7 @@ def _check(args: argparse.Namespace) -> int:
     from .config import check_models
     from .models import ModelStore
     from .mqtt import probe_broker
-    from .prepare import describe_tuning, missing
+    from .prepare import describe_bert, describe_tuning, missing
 
     config = _load_config(args)
     problems = 0
@@ -143,6 +143,8 @@ def _check(args: argparse.Namespace) -> int:
                 _owned_like_cache(derived)
             report(True, "models", f"{store.dir}, voice {voice.name} ({voice.sample_rate} Hz), "
                                    f"installed: {', '.join(store.voices())}")
+            if store.derived:
+                report(True, "bert", describe_bert(store.bert.unsigned_int8))
             if voice.tuning:
                 report(True, "decoder", f"{describe_tuning(voice.tuning)}, chosen on this CPU")
     except Exception as e:  # ConfigError, ModelError

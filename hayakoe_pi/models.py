@@ -20,7 +20,7 @@ import onnxruntime as ort
 
 from . import layout
 from .split import cached_split, decoder_margin
-from .weights import durable_replace, prepared_whole
+from .weights import durable_replace, prepared_whole, read_stamp
 from .text import FrontEnd, VocabError
 
 BERT_PATH = Path(layout.BERT_PATH)
@@ -153,6 +153,31 @@ def cpu_key() -> str:
         f"{ort.__version__}|{platform.machine()}|{_cpu_signature()}".encode()).hexdigest()[:12]
 
 
+def signed_int8_products_exact() -> bool:
+    """Whether ONNX Runtime multiplies uint8 by int8 exactly on this CPU.
+
+    x86 without VNNI adds pairs of such products in 16 bits, saturating
+    (255 × -128 twice is -65,280): the Q8 BERT is then made unsigned
+    (weights.unsigned_integer_weights). Tried, not inferred from CPU flags,
+    with the options of the BERT session.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    depth = 64
+    a = np.full((4, depth), 255, dtype=np.uint8)
+    b = np.full((depth, 16), -128, dtype=np.int8)
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b"], ["y"])], "probe",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, a.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)], [numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, prepack=False),
+                                   providers=["CPUExecutionProvider"])
+    return bool((session.run(None, {"a": a})[0] == 255 * -128 * depth).all())
+
+
 def optimized_path(graph: Path) -> Path:
     """Where the optimized copy of a prepared graph is kept: beside it, one per CPU key."""
     return graph.with_name(f"{graph.stem}.{cpu_key()}.onnx")
@@ -231,6 +256,8 @@ class Bert:
         self.path = models_dir / BERT_PATH
         prepared = _prepared(prepared_whole, self.path, derived_dir, "BERT model")
         self.session = open_session(self.path, "BERT model", prepared, prepack=False)
+        # whether prepare made its 8-bit weights unsigned for this CPU (`hayakoe-pi check` says)
+        self.unsigned_int8 = bool(prepared and read_stamp(prepared.parent, self.path).get("unsigned_int8"))
         names = [i.name for i in self.session.get_inputs()]
         if "input_ids" not in names:
             raise ModelError(f"BERT model {self.path} has no 'input_ids' input (inputs: {names})")

@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .weights import clear_folder, fold_constants, model_folder, read_stamp, save_graph, weightless, write_stamp
+from .weights import (clear_folder, fold_constants, model_folder, names_read, read_stamp, save_graph, weightless,
+                      write_stamp)
 
 log = logging.getLogger("hayakoe_pi.split")
 
@@ -63,20 +64,6 @@ def _decoder_inputs(model) -> tuple[str, str | None] | None:
     return (z, g) if z else None
 
 
-def _external_names(node) -> set[str]:
-    """Tensors a node reads, including those its subgraphs (If, Loop) take from outside."""
-    names = set(node.input)
-    for attr in node.attribute:
-        graphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
-        for graph in graphs:
-            inner = {o for n in graph.node for o in n.output}
-            inner |= {i.name for i in graph.input} | {i.name for i in graph.initializer}
-            for n in graph.node:
-                names |= _external_names(n) - inner
-    names.discard("")
-    return names
-
-
 def _subgraph(model, inputs: list[str], outputs: list[str]):
     """The part of `model` computing `outputs` from `inputs`, or None if it needs anything else."""
     from onnx import TensorProto, helper
@@ -96,7 +83,7 @@ def _subgraph(model, inputs: list[str], outputs: list[str]):
             index = producer[name]
             if index not in keep:
                 keep.add(index)
-                todo.extend(_external_names(graph.node[index]))
+                todo.extend(names_read(graph.node[index]))
         else:
             return None  # a graph input that was not offered
     infos = {v.name: v for v in [*graph.input, *graph.output, *graph.value_info]}

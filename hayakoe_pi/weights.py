@@ -399,6 +399,125 @@ def weightless(source: Path, folder: Path):
     return model
 
 
+def names_read(node) -> set[str]:
+    """Tensors a node reads, including those its subgraphs (If, Loop) take from outside."""
+    names = set(node.input)
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
+        for graph in graphs:
+            inner = {o for n in graph.node for o in n.output}
+            inner |= {i.name for i in graph.input} | {i.name for i in graph.initializer}
+            for n in graph.node:
+                names |= names_read(n) - inner
+    names.discard("")
+    return names
+
+
+# Integer matrix products with 8-bit weights: the op (domain, type) → where its weight
+# and the weight's zero point are among its inputs
+_INTEGER_PRODUCTS = {("", "MatMulInteger"): (1, 3), ("com.microsoft", "DynamicQuantizeMatMul"): (1, 3)}
+_INT8, _UINT8 = 3, 2  # TensorProto.DataType
+
+
+def _product_inputs(node) -> tuple[int, int] | None:
+    return _INTEGER_PRODUCTS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
+_FLIP_CHUNK = 1 << 24
+
+
+def _flip_sign_bits(path: Path, at: int, length: int) -> None:
+    """Add 128 to each int8 at path[at:at + length], making it the uint8 of the same order
+    (x + 128 is x with its top bit flipped), in pieces: never the whole tensor in memory."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        for start in range(at, at + length, _FLIP_CHUNK):
+            piece = np.frombuffer(os.pread(fd, min(_FLIP_CHUNK, at + length - start), start), dtype=np.uint8)
+            os.pwrite(fd, (piece ^ 0x80).tobytes(), start)
+    finally:
+        os.close(fd)
+
+
+def unsigned_integer_weights(model, folder: Path) -> int:
+    """Make the int8 weights of the model's integer matrix products uint8, each value and
+    its zero point + 128: (w + 128) - (z + 128) = w - z, so every product is the same.
+
+    On an x86 CPU without VNNI, ONNX Runtime multiplies uint8 by int8 with an
+    instruction that saturates pairs of products at 16 bits, and the Q8 BERT's
+    features then differ from the exact ones by up to 1.07 on the test models
+    (an arm64 Pi, or x86 with VNNI, computes them exactly); uint8 by uint8 it
+    computes exactly everywhere. Tensors in `folder` are changed in place,
+    small ones in the graph. Weights and zero points that share a product are
+    changed together or not at all, and not at all if anything else reads one.
+    Returns how many weights were changed. `model` is an onnx.ModelProto
+    loaded without its external data."""
+    from onnx import numpy_helper
+
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    roles: dict[str, set] = {}  # tensor → how each reader reads it: "weight", "zero" or None (otherwise)
+    products = []  # (node, its weight, its zero point or "")
+    for node in graph.node:
+        positions = _product_inputs(node)
+        for i, name in enumerate(node.input):
+            roles.setdefault(name, set()).add(positions and {positions[0]: "weight", positions[1]: "zero"}.get(i))
+        for name in names_read(node) - set(node.input):  # read inside a subgraph
+            roles.setdefault(name, set()).add(None)
+        if positions:
+            zero = node.input[positions[1]] if len(node.input) > positions[1] else ""
+            products.append((node, node.input[positions[0]], zero))
+    for output in graph.output:
+        roles.setdefault(output.name, set()).add(None)
+
+    group = {}  # weights and zero points joined by the products they meet in
+
+    def root(name: str) -> str:
+        while group.setdefault(name, name) != name:
+            name = group[name]
+        return name
+
+    for _, weight, zero in products:
+        if zero:
+            group[root(zero)] = root(weight)
+    members: dict[str, list[str]] = {}
+    for name in group:
+        members.setdefault(root(name), []).append(name)
+    for _, weight, _ in products:
+        members.setdefault(root(weight), [weight])
+    convertible = set()
+    for names in members.values():
+        if all(name in initializers and initializers[name].data_type == _INT8 and None not in roles[name]
+               and len(roles[name]) == 1 for name in names):
+            convertible.update(names)
+
+    unsigned_zero = "unsigned_integer_weights.zero_point"  # a product without one had zero
+    weights = set()
+    for node, weight, zero in products:
+        if weight not in convertible:
+            continue
+        weights.add(weight)
+        if not zero:
+            if unsigned_zero not in initializers:
+                initializers[unsigned_zero] = numpy_helper.from_array(np.array(128, dtype=np.uint8), unsigned_zero)
+                graph.initializer.append(initializers[unsigned_zero])
+            zero_at = _product_inputs(node)[1]
+            while len(node.input) < zero_at:
+                node.input.append("")
+            node.input.append(unsigned_zero)
+    locations = set()
+    for name in convertible:
+        tensor = initializers[name]
+        if tensor.data_location == tensor.EXTERNAL:
+            place = {e.key: e.value for e in tensor.external_data}
+            _flip_sign_bits(folder / place["location"], int(place.get("offset", 0)), int(place["length"]))
+            tensor.data_type = _UINT8
+            locations.add(place["location"])
+        else:
+            value = numpy_helper.to_array(tensor).astype(np.int16) + 128
+            tensor.CopyFrom(numpy_helper.from_array(value.astype(np.uint8), name))
+    for location in locations:
+        _fsync(folder / location)  # before the stamp that makes the folder trusted
+    return len(weights)
+
+
 GRAPH_NAME = "model.onnx"  # a model kept whole (BERT, a synthesizer that cannot be split)
 
 
@@ -410,12 +529,15 @@ def prepared_whole(source: Path, cache_root: Path) -> Path | None:
     return graph if stamp and stamp.get("kind") == "whole" and graph.is_file() else None
 
 
-def make_whole(source: Path, cache_root: Path, session_options) -> Path:
-    """`source`'s graph, weights apart and constants folded, in its model folder."""
+def make_whole(source: Path, cache_root: Path, session_options, unsigned_int8: bool = False) -> Path:
+    """`source`'s graph, weights apart and constants folded, in its model folder; with
+    `unsigned_int8`, its integer products' weights made unsigned (unsigned_integer_weights)."""
     folder = model_folder(source, cache_root)
     clear_folder(folder)
     model = weightless(source, folder)
     fold_constants(model, folder, session_options)
+    if unsigned_int8:
+        unsigned_integer_weights(model, folder)
     save_graph(model, folder / GRAPH_NAME)
-    write_stamp(folder, source, kind="whole")
+    write_stamp(folder, source, kind="whole", unsigned_int8=unsigned_int8)
     return folder / GRAPH_NAME

@@ -281,6 +281,7 @@ def test_check_reports_broker_and_audio(tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
         assert "ok   mqtt" in r.stdout and "ok   audio" in r.stdout and "ok   models" in r.stdout
         assert "ok   decoder: decoder " in r.stdout and "chosen on this CPU" in r.stdout  # the tuning
+        assert "ok   bert: 8-bit " in r.stdout  # how its products are made exact here
         with socket.socket() as closed:
             # bound but not listening: refused, and never someone's ephemeral port (a free
             # port can be the checker's own source port, and TCP then connects to itself)

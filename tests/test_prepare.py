@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from conftest import FIXTURE_MODELS, REPO
 from harness import memory_cgroup_available, run_with_memory_limit
 from hayakoe_pi import prepare as prep
 from hayakoe_pi.engine import Engine
-from hayakoe_pi.models import ModelStore, cpu_key
+from hayakoe_pi.models import ModelStore, cpu_key, prepare_options
 
 VOICE = "tiny-voice"
 TEXT = "おはようございます。今日は晴れです。"
@@ -134,3 +135,90 @@ def test_a_new_cpu_or_onnx_runtime_prepares_and_tunes_again(tmp_path, monkeypatc
     got = Engine(FIXTURE_MODELS, voice=VOICE, store=ModelStore(FIXTURE_MODELS, derived_dir=tmp_path)) \
         .synthesize(TEXT, **QUIET)
     assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4
+
+
+BERT_SOURCE = FIXTURE_MODELS / "onnx" / "bert" / "q8" / "bert_q8.onnx"
+IDS = [1, *range(5, 45), 2]
+
+
+def _bert_with_exact_products() -> bytes:
+    """The fixture BERT with each MatMulInteger computed in float64 (exact for 8-bit
+    operands): the features every CPU must give."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load(str(BERT_SOURCE))
+    nodes = []
+    for n, node in enumerate(model.graph.node):
+        if node.op_type != "MatMulInteger":
+            nodes.append(node)
+            continue
+        operands = []
+        for side, (x, zero) in enumerate([(node.input[0], node.input[2:3]), (node.input[1], node.input[3:4])]):
+            value = f"exact{n}.{side}"
+            nodes.append(helper.make_node("Cast", [x], [value], to=TensorProto.DOUBLE))
+            if zero and zero[0]:
+                nodes.append(helper.make_node("Cast", [zero[0]], [value + "z"], to=TensorProto.DOUBLE))
+                nodes.append(helper.make_node("Sub", [value, value + "z"], [value + "c"]))
+                value += "c"
+            operands.append(value)
+        nodes.append(helper.make_node("MatMul", operands, [f"exact{n}.y"]))
+        nodes.append(helper.make_node("Cast", [f"exact{n}.y"], list(node.output), to=TensorProto.INT32))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model.SerializeToString()
+
+
+def _hidden(session) -> np.ndarray:
+    ids = np.array([IDS], dtype=np.int64)
+    return session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0][0]
+
+
+def test_bert_gives_the_exact_features_on_every_cpu(tmp_path):
+    """On an x86 CPU without VNNI, ONNX Runtime's uint8 × int8 products saturate and the
+    published Q8 BERT gives other features than an arm64 Pi (the arm64 check found the
+    audio 1-6 % longer there); prepared, it gives the exact ones everywhere."""
+    import onnxruntime as ort
+
+    def session(model):  # the project's options: they hold in a process with sessions of its own
+        return ort.InferenceSession(model, prepare_options(), providers=["CPUExecutionProvider"])
+
+    exact = _hidden(session(_bert_with_exact_products()))
+    published = _hidden(session(str(BERT_SOURCE)))
+    saturates = not prep.signed_int8_products_exact()
+    # the probe tells the truth about this CPU
+    assert (np.abs(published - exact).max() > 1e-3) == saturates
+    [step] = prep.prepare(FIXTURE_MODELS, tmp_path, [])
+    assert step.tuning == {"unsigned_int8": saturates} and ("unsigned" in step.line()) == saturates
+    got = ModelStore(FIXTURE_MODELS, derived_dir=tmp_path).bert(IDS)
+    assert np.abs(got - exact).max() <= 1e-4
+
+
+def _weight_types(derived: Path) -> set[int]:
+    import onnx
+
+    [graph] = derived.rglob(f"model.{cpu_key()}.onnx")  # BERT's optimized copy, loaded by the daemon
+    return {t.data_type for t in onnx.load(str(graph), load_external_data=False).graph.initializer}
+
+
+def test_bert_is_made_again_when_its_products_need_other_weights(tmp_path, monkeypatch):
+    """Prepared where signed products are exact, then found on a CPU where they saturate
+    (or prepared by a release that never asked): made again, unsigned."""
+    from onnx import TensorProto
+
+    monkeypatch.setattr(prep, "signed_int8_products_exact", lambda: True)
+    assert prep._prepare_bert(FIXTURE_MODELS, tmp_path) == {"unsigned_int8": False}
+    assert TensorProto.INT8 in _weight_types(tmp_path)
+    assert not prep.missing(FIXTURE_MODELS, tmp_path, "bert")
+    [stamp] = tmp_path.rglob("prepared.json")
+    older = json.loads(stamp.read_text())
+    del older["unsigned_int8"]
+    stamp.write_text(json.dumps(older))  # as the last release wrote it
+    assert prep.missing(FIXTURE_MODELS, tmp_path, "bert")
+
+    monkeypatch.setattr(prep, "signed_int8_products_exact", lambda: False)
+    assert prep._prepare_bert(FIXTURE_MODELS, tmp_path) == {"unsigned_int8": True}
+    assert not prep.missing(FIXTURE_MODELS, tmp_path, "bert")
+    assert json.loads(stamp.read_text())["unsigned_int8"] is True
+    types = _weight_types(tmp_path)
+    assert TensorProto.UINT8 in types and TensorProto.INT8 not in types

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 from conftest import FIXTURE_MODELS
 from hayakoe_pi.models import prepare_options
 from hayakoe_pi.weights import (ALIGN, FOLDED_NAME, MIN_EXTERNAL_BYTES, WEIGHTS_NAME, UnreadableModel,
-                                fold_constants, save_graph, weightless)
+                                fold_constants, save_graph, unsigned_integer_weights, weightless)
 
 BERT = FIXTURE_MODELS / "onnx" / "bert" / "q8" / "bert_q8.onnx"
 SYNTH = FIXTURE_MODELS / "onnx" / "speakers" / "tiny-voice" / "synthesizer.onnx"
@@ -95,3 +95,43 @@ def test_constants_are_folded_once_and_give_the_same_result(tmp_path):
                                             providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert np.array_equal(run(source), run(folder / "g.onnx"))
     assert (folder / WEIGHTS_NAME).is_file()
+
+
+def test_integer_products_with_unsigned_weights_are_exact_and_the_same(tmp_path):
+    """Signed 8-bit weights made unsigned (value and zero point + 128): exactly the
+    products of the model as published, on any CPU; an x86 CPU without VNNI computes the
+    published (uint8 × int8) form with saturation, and this test then sees it."""
+    rng = np.random.default_rng(0)
+    depth, columns = 256, 32
+    w1 = rng.choice(np.array([-128, -127, 126, 127], np.int8), (depth, columns))  # products that saturate
+    w2 = rng.integers(-128, 128, (depth, columns), dtype=np.int8)
+    shared = rng.integers(-128, 128, (depth, columns), dtype=np.int8)  # read by a product and by a Cast
+    zero, zero3 = np.array(-3, np.int8), np.array(5, np.int8)
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "w1", "", "zero"], ["y1"]),
+         helper.make_node("MatMulInteger", ["a", "w2"], ["y2"]),
+         helper.make_node("MatMulInteger", ["a", "w2", "", "zero"], ["y3"]),  # w2 with and without one
+         helper.make_node("MatMulInteger", ["a", "shared", "", "zero3"], ["y4"]),
+         helper.make_node("Cast", ["shared"], ["z"], to=TensorProto.INT32)], "g",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [4, depth])],
+        [helper.make_tensor_value_info(name, TensorProto.INT32, None) for name in ("y1", "y2", "y3", "y4", "z")],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"), numpy_helper.from_array(zero, "zero"),
+         numpy_helper.from_array(shared, "shared"), numpy_helper.from_array(zero3, "zero3")])
+    source = tmp_path / "model.onnx"
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(source))
+    folder = tmp_path / "prepared"
+    model = weightless(source, folder)
+    assert unsigned_integer_weights(model, folder) == 2
+    assert unsigned_integer_weights(model, folder) == 0  # done already: never flipped back
+    save_graph(model, folder / "g.onnx")
+    types = {t.name: t.data_type for t in onnx.load(str(folder / "g.onnx"), load_external_data=False).graph.initializer}
+    assert {name: types[name] for name in ("w1", "w2", "zero", "shared", "zero3")} == {
+        "w1": TensorProto.UINT8, "w2": TensorProto.UINT8, "zero": TensorProto.UINT8,
+        "shared": TensorProto.INT8, "zero3": TensorProto.INT8}
+
+    a = np.concatenate([np.full((2, depth), 255, np.uint8), rng.integers(0, 256, (2, depth), dtype=np.uint8)])
+    session = ort.InferenceSession(str(folder / "g.onnx"), prepare_options(), providers=["CPUExecutionProvider"])
+    y1, y2, y3, _, z = session.run(None, {"a": a})
+    exact = lambda w, z0=0: a.astype(np.int64) @ (w.astype(np.int64) - z0)  # noqa: E731
+    assert np.array_equal(y1, exact(w1, -3)) and np.array_equal(y2, exact(w2)) and np.array_equal(y3, exact(w2, -3))
+    assert np.array_equal(z, shared.astype(np.int32))

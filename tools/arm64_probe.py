@@ -9,7 +9,8 @@ copies: the children of hayakoe_pi.prepare), then writes `frontend.jsonl`
 (what `hayakoe-pi frontend` prints for SENTENCES), `audio.npz`
 (`Engine.synthesize` with the noise off: every sentence with the
 first voice, the last two with the others) and
-`run.json` (machine, versions, decoder form chosen). `--child-python` is the
+`run.json` (machine, versions, decoder form chosen, whether BERT's
+8-bit weights were made unsigned). `--child-python` is the
 program the children are started with: under qemu user mode without
 binfmt_misc the guest cannot exec an arm64 binary itself, only a host script
 that starts qemu again.
@@ -79,7 +80,8 @@ def run(models: Path, out: Path, child_python: str | None) -> None:
     (out / "run.json").write_text(json.dumps({
         "machine": platform.machine(), "python": platform.python_version(),
         "onnxruntime": onnxruntime.__version__, "numpy": np.__version__,
-        "prepared": [s.what for s in steps if not s.done], "decoder_form": forms}, indent=1))
+        "prepared": [s.what for s in steps if not s.done], "decoder_form": forms,
+        "bert_unsigned_int8": store.bert.unsigned_int8}, indent=1))
 
 
 def compare(x86: Path, arm64: Path) -> int:
@@ -110,7 +112,8 @@ def compare(x86: Path, arm64: Path) -> int:
     for d, r in zip(("x86", "arm64"), runs):
         print(f"  {d}: {r['machine']}, Python {r['python']}, onnxruntime {r['onnxruntime']}, "
               f"numpy {r['numpy']}, prepared {', '.join(r['prepared']) or 'nothing'}, "
-              f"decoder {r['decoder_form']}")
+              f"decoder {r['decoder_form']}, "
+              f"BERT weights {'made unsigned' if r.get('bert_unsigned_int8') else 'as published'}")
     lines = a.count(b"\n")
     print(f"  frontend: {lines} lines, {'byte-identical' if a == b else 'DIFFERENT'}")
     print(f"  audio: {len(audio_a.files)} arrays, largest difference {worst:.2e} (limit {MAX_DIFFERENCE:.0e})")
