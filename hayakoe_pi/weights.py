@@ -417,11 +417,12 @@ def names_read(node) -> set[str]:
 # and the weight's zero point are among its inputs
 _INTEGER_PRODUCTS = {("", "MatMulInteger"): (1, 3), ("com.microsoft", "DynamicQuantizeMatMul"): (1, 3)}
 _INT8, _UINT8 = 3, 2  # TensorProto.DataType
+_FLIP_CHUNK = 1 << 24
 
 
 def _product_inputs(node) -> tuple[int, int] | None:
+    """Where an integer matrix product reads its weight and that weight's zero point."""
     return _INTEGER_PRODUCTS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
-_FLIP_CHUNK = 1 << 24
 
 
 def _flip_sign_bits(path: Path, at: int, length: int) -> None:
@@ -475,13 +476,12 @@ def unsigned_integer_weights(model, folder: Path) -> int:
         return name
 
     for _, weight, zero in products:
+        joined = root(weight)
         if zero:
-            group[root(zero)] = root(weight)
+            group[root(zero)] = joined
     members: dict[str, list[str]] = {}
     for name in group:
         members.setdefault(root(name), []).append(name)
-    for _, weight, _ in products:
-        members.setdefault(root(weight), [weight])
     convertible = set()
     for names in members.values():
         if all(name in initializers and initializers[name].data_type == _INT8 and None not in roles[name]
