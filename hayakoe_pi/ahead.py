@@ -130,7 +130,7 @@ class SynthesisAhead:
                 self._cond.notify_all()
 
     def _measure(self, piece: Piece, elapsed: float) -> None:
-        if not piece.frames:
+        if not piece.frames or piece.on_lane:  # a whole sentence on a lane is never timed ahead
             return
         # a later window's wall time includes waiting for the engine behind another
         # request: that is the speed playback will see. A sentence's first window

@@ -11,22 +11,27 @@ is yielded at once, followed by a pause fitting its final punctuation.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from .layout import DEFAULT_VOICE
-from .models import ModelStore, Voice
+from .models import LANE_WINDOW_FRAMES, ModelStore, Voice
 from .text import Analysis, TextError
 from .text.phonemes import PUNCTUATIONS
 
 __all__ = ["Engine", "Piece", "TextError", "split_sentences"]
+
+log = logging.getLogger("hayakoe_pi.engine")
 
 # BERT's position limit is 512 tokens including [CLS] and [SEP].
 MAX_BERT_CHARS = 510
@@ -129,6 +134,7 @@ class Piece:
     windows: tuple[tuple[int, int, int], ...] = ()
     decode_seconds: float = 0.0  # time the decoder took for this piece (0: not decoded in windows)
     frames: int = 0  # latent frames decoded for it, margins included
+    on_lane: bool = False  # decoded beside another window (decode_seconds is not the decoder's alone)
 
     @property
     def starts_sentence(self) -> bool:
@@ -212,18 +218,19 @@ class Engine:
         length_scale = 1.0 / s.speed
         features = self._bert_features(analyses)
         last = len(sentences) - 1
-        for i, (sentence, a) in enumerate(zip(sentences, analyses)):
-            piece = None
-            # the first of several sentences starts with a short decoder window: first sound soon
-            for piece in self._synthesize_sentence(voice, sid, a, next(features), style_vec, s,
-                                                   length_scale, quick_start=i == 0 < last,
-                                                   plan_windows=plan_windows):
-                piece.sentence = i
-                yield piece
-            if i < last:
-                pause = pause_samples(sentence, piece.audio, voice.sample_rate, length_scale)
+
+        def work() -> Iterator[Piece | _Window]:
+            for i, a in enumerate(analyses):
+                # the first of several sentences starts with a short decoder window: first sound soon
+                yield from self._sentence_work(voice, sid, i, a, next(features), style_vec, s, length_scale,
+                                               quick_start=i == 0 < last, plan_windows=plan_windows)
+
+        for piece in self._decoded(voice, work()):
+            yield piece
+            if piece.ends_sentence and piece.sentence < last:
+                pause = pause_samples(sentences[piece.sentence], piece.audio, voice.sample_rate, length_scale)
                 if pause:
-                    yield Piece(np.zeros(pause, dtype=np.float32), i, pause=True)
+                    yield Piece(np.zeros(pause, dtype=np.float32), piece.sentence, pause=True)
 
     def _bert_features(self, analyses: list[Analysis]) -> Iterator[np.ndarray]:
         """Per-sentence phone-level BERT features [1024, phones]; BERT sees each character once.
@@ -267,10 +274,10 @@ class Engine:
                 yield np.repeat(rows, a.word2ph, axis=0).T.astype(np.float32, copy=False)
             i += len(window)
 
-    def _synthesize_sentence(self, voice: Voice, sid: int, a: Analysis, bert: np.ndarray,
-                             style_vec: np.ndarray, s: SynthesisSettings, length_scale: float,
-                             quick_start: bool = False, plan_windows=None) -> Iterator[Piece]:
-        """The sentence's audio: in decoder windows when the graph is split, else whole."""
+    def _sentence_work(self, voice: Voice, sid: int, index: int, a: Analysis, bert: np.ndarray,
+                       style_vec: np.ndarray, s: SynthesisSettings, length_scale: float,
+                       quick_start: bool = False, plan_windows=None) -> Iterator[Piece | _Window]:
+        """The sentence's audio whole, or its decoder windows when the graph is split."""
         n = len(a.phones)
         scalar = lambda v: np.array([v], dtype=np.float32)  # noqa: E731
         feeds = {
@@ -288,23 +295,109 @@ class Engine:
         }
         if voice.decoder is None:
             audio = voice.synth.run([voice.synth_outputs[0]], feeds)[0].reshape(-1)
-            yield Piece(audio, 0, sentence_samples=audio.size, windows=((0, audio.size, 0),))
+            yield Piece(audio, index, sentence_samples=audio.size, windows=((0, audio.size, 0),))
             return
         latent = dict(zip(voice.decoder_inputs, voice.synth.run(list(voice.decoder_inputs), feeds)))
         z = latent[voice.decoder_inputs[0]]
         hop = voice.hop_length
-        plan = plan_windows(z.shape[2], self.window_frames, voice.decoder_margin) if plan_windows else None
+        window = self.window_frames
+        if voice.decoder_lanes is not None and index > 0:  # its windows go to the lanes, two at once
+            window = min(window, LANE_WINDOW_FRAMES)
+        plan = plan_windows(z.shape[2], window, voice.decoder_margin) if plan_windows else None
         if plan is None:
-            plan = list(decoder_windows(z.shape[2], self.window_frames, voice.decoder_margin,
+            # only the text's first sentence needs a short first window: the later ones are
+            # decoded while the ones before them play
+            plan = list(decoder_windows(z.shape[2], window, voice.decoder_margin,
+                                        first=FIRST_WINDOW_FRAMES if index == 0 else window,
                                         one_pass_if_fits=not quick_start))
         windows = tuple((start * hop, end * hop, hi - lo) for start, end, lo, hi in plan)
         for start, end, lo, hi in plan:
-            latent[voice.decoder_inputs[0]] = z[:, :, lo:hi]
-            began = time.perf_counter()
-            audio = voice.decoder.run(None, latent)[0].reshape(-1)
-            yield Piece(audio[(start - lo) * hop:(end - lo) * hop], 0, offset=start * hop,
-                        sentence_samples=z.shape[2] * hop, windows=windows,
-                        decode_seconds=time.perf_counter() - began, frames=hi - lo)
+            yield _Window({**latent, voice.decoder_inputs[0]: z[:, :, lo:hi]},
+                          Piece(np.zeros(0, dtype=np.float32), index, offset=start * hop,
+                                sentence_samples=z.shape[2] * hop, windows=windows, frames=hi - lo),
+                          keep=slice((start - lo) * hop, (end - lo) * hop))
+
+    @staticmethod
+    def _decoded(voice: Voice, work: Iterator[Piece | _Window]) -> Iterator[Piece]:
+        """Pieces in playing order, the windows decoded.
+
+        The first sentence's windows run alone on every core and each is given
+        out at once: it may start to play before its last window is ready
+        (ahead.py times that by this decoder speed alone). With decoder lanes
+        (prepare.tune found two windows at once faster on this CPU: the
+        decoder's small layers leave cores idle), every later sentence's
+        windows go to the lanes, two at once, while the next sentence's front
+        runs, and the sentence is given out whole once its last window is
+        decoded: no window is ever waited for while it plays. The windows
+        under way at once hold at most two lane windows' frames: each holds
+        ONNX Runtime's arena for its tensors (0.2 MB a frame, full-size voice).
+        """
+        lanes = voice.decoder_lanes
+        budget = lanes.count * (LANE_WINDOW_FRAMES + 2 * voice.decoder_margin) if lanes else 0
+        units: deque[list] = deque()  # later sentences under way: their windows' futures, in order
+        try:
+            for item in work:
+                if isinstance(item, Piece) or lanes is None or item.piece.sentence == 0:
+                    yield item if isinstance(item, Piece) else item.decode(voice.decoder)
+                    continue
+                if not units or units[-1][0].piece.sentence != item.piece.sentence:
+                    while len(units) > 1:  # at most this sentence and the one before under way
+                        yield from Engine._whole(units.popleft())
+                    units.append([])
+                    log.debug("sentence %d on the decoder lanes", item.piece.sentence)
+                while _frames_under_way(units) + item.piece.frames > budget:
+                    if len(units) > 1:  # the sentence before, whole
+                        yield from Engine._whole(units.popleft())
+                        continue
+                    busy = [w.future for w in units[0] if not w.future.done()]  # this sentence's own
+                    if not busy:
+                        break
+                    wait(busy, return_when=FIRST_COMPLETED)
+                units[-1].append(_OnLane(item, lanes.submit(item.decode_on_lane)))
+            while units:
+                yield from Engine._whole(units.popleft())
+        finally:
+            for unit in units:  # a stopped utterance: windows not begun are dropped
+                for window in unit:
+                    window.future.cancel()
+
+    @staticmethod
+    def _whole(unit: list[_OnLane]) -> Iterator[Piece]:
+        pieces = [window.future.result() for window in unit]  # all decoded before the first plays
+        yield from pieces
+
+
+def _frames_under_way(units) -> int:
+    return sum(w.piece.frames for unit in units for w in unit if not w.future.done())
+
+
+@dataclass
+class _OnLane:
+    window: _Window
+    future: Future
+
+    @property
+    def piece(self) -> Piece:
+        return self.window.piece
+
+
+@dataclass
+class _Window:
+    """One decoder window of a sentence: its inputs and the piece its kept samples make."""
+
+    feeds: dict
+    piece: Piece  # all but the audio and the time it took
+    keep: slice  # the samples kept: the margins only served the ones between
+
+    def decode(self, session, on_lane: bool = False) -> Piece:
+        began = time.perf_counter()
+        audio = session.run(None, self.feeds)[0].reshape(-1)
+        return replace(self.piece, audio=audio[self.keep], decode_seconds=time.perf_counter() - began,
+                       on_lane=on_lane)
+
+    def decode_on_lane(self, session) -> Piece:
+        return self.decode(session, on_lane=True)
+
 
 def decoder_windows(frames: int, window: int, margin: int, first: int = FIRST_WINDOW_FRAMES,
                     one_pass_if_fits: bool = True) -> Iterator[tuple[int, int, int, int]]:

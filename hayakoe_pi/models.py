@@ -11,16 +11,20 @@ import hashlib
 import json
 import os
 import platform
+import queue
 import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import onnxruntime as ort
 
 from . import layout
 from .split import cached_split, decoder_margin
-from .weights import durable_replace, prepared_whole, read_stamp
+from .weights import durable_replace, prepared_whole, read_stamp, shared_weights
 from .text import FrontEnd, VocabError
 
 BERT_PATH = Path(layout.BERT_PATH)
@@ -66,61 +70,45 @@ def lower_compute_priority() -> None:
         pass
 
 
-_shared: tuple[bool, bool] | None = None  # (thread pool, memory arena) shared by all sessions
+_arena: bool | None = None  # one memory arena shared by all sessions
+ARENA_FIRST_REGION = 256 << 20
 
 
-def _shared_runtime() -> tuple[bool, bool]:
-    """One pool of compute threads and one memory arena for all sessions
-    (BERT, synthesizer, decoder), set up before ONNX Runtime's environment exists.
-
-    With a pool per session, each one's threads keep spinning after its run
-    and take the cores from the next session (measured: short texts 10 %
-    slower on 2 cores). With an arena per session, each keeps its own peak;
-    one shared arena is reused by the sessions in turn (measured: 40 MB less
-    at the peak on a 38 s text).
-    """
-    global _shared
-    if _shared is None:
+def _shared_arena() -> bool:
+    """One memory arena for all sessions (BERT, synthesizer, decoder), registered
+    before ONNX Runtime's environment makes sessions: each session with an arena
+    of its own keeps its own peak; one arena is reused by them in turn
+    (measured: 40 MB less at the peak on a 38 s text)."""
+    global _arena
+    if _arena is None:
         # an offline appliance: onnxruntime sends no usage events from here
         if hasattr(ort, "disable_telemetry_events"):
             ort.disable_telemetry_events()
-        threads = _start_thread_pool()
         try:
             cpu = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
             # 0: no limit; 0: grow by powers of two (growing by what is asked
-            # fragments: measured 37-164 MB more); -1: defaults
-            ort.create_and_register_allocator(cpu, ort.OrtArenaCfg(0, 0, -1, -1))
-            arena = True
+            # fragments: measured 37-164 MB more); a first region of 256 MB (address
+            # space only, until used), so the tensors of two decoder lanes at once
+            # are not spread over regions of growing size (measured: 20 MB less
+            # resident on a 38 s text); -1: the default for the rest
+            ort.create_and_register_allocator(cpu, ort.OrtArenaCfg(0, 0, ARENA_FIRST_REGION, -1))
+            _arena = True
         except Exception:  # registered already, or not in this ONNX Runtime
-            arena = False
-        _shared = (threads, arena)
-    return _shared
+            _arena = False
+    return _arena
 
 
-def _start_thread_pool() -> bool:
-    """Create the shared pool from a thread of lowered priority: its threads inherit it."""
-    started = []
+def _session_options(level: ort.GraphOptimizationLevel, prepack: bool = True,
+                     threads: int | None = None) -> ort.SessionOptions:
+    """Options for a session computing on `threads` threads (default: every core).
 
-    def start():
-        lower_compute_priority()
-        try:
-            ort.set_global_thread_pool_sizes(cpu_threads(), 1)
-            started.append(True)
-        except Exception:  # ONNX Runtime's environment was made already
-            pass
-
-    t = threading.Thread(target=start, name="start compute pool")
-    t.start()
-    t.join()
-    return bool(started)
-
-
-def _session_options(level: ort.GraphOptimizationLevel, prepack: bool = True) -> ort.SessionOptions:
+    Each session has its threads, which sleep as soon as a run is over: a
+    thread left spinning after its run takes the cores from the next session
+    (measured: short texts 10 % slower on 2 cores), and ONNX Runtime's one
+    process-wide pool instead cannot give two decoder lanes a thread each.
+    """
     opts = ort.SessionOptions()
-    threads, arena = _shared_runtime()
-    if threads:
-        opts.use_per_session_threads = False
-    if arena:
+    if _shared_arena():
         opts.add_session_config_entry("session.use_env_allocators", "1")
     if not prepack:
         opts.add_session_config_entry("session.disable_prepacking", "1")
@@ -128,11 +116,31 @@ def _session_options(level: ort.GraphOptimizationLevel, prepack: bool = True) ->
     # Shapes change with every sentence and window: a memory plan made for one
     # only holds on to its peak (measured: 100 MB less on the decoder without).
     opts.enable_mem_pattern = False
-    if not threads:  # with the shared pool ORT ignores these (and says so on stderr)
-        opts.intra_op_num_threads = cpu_threads()
-        opts.inter_op_num_threads = 1
+    opts.intra_op_num_threads = threads or cpu_threads()
+    opts.inter_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
     opts.log_severity_level = 3  # errors only; ORT's warnings mean nothing to users
     return opts
+
+
+def _new_session(path: Path, opts: ort.SessionOptions) -> ort.InferenceSession:
+    """A session made from a thread of lowered priority: the threads it starts inherit it."""
+    made: list = []
+
+    def make():
+        lower_compute_priority()
+        try:
+            made.append(ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"]))
+        except Exception as e:  # raised in the caller's thread
+            made.append(e)
+
+    t = threading.Thread(target=make, name="make session")
+    t.start()
+    t.join()
+    if isinstance(made[0], Exception):
+        raise made[0]
+    return made[0]
 
 
 def _cpu_signature() -> str:
@@ -209,10 +217,11 @@ def optimize(graph: Path) -> Path:
     return target
 
 
-def open_session(path: Path, what: str, prepared: Path | None = None,
-                 prepack: bool = True) -> ort.InferenceSession:
+def open_session(path: Path, what: str, prepared: Path | None = None, prepack: bool = True,
+                 threads: int | None = None, weights: list | None = None) -> ort.InferenceSession:
     """A CPU session for the model file `path`; with `prepared` (its graph made by
-    prepare), from that graph's optimized copy.
+    prepare), from that graph's optimized copy; on `threads` threads (default: every
+    core); with `weights` (shared_session_weights), reading those instead of its own map.
 
     prepack=False keeps ONNX Runtime from making a second, repacked copy of the
     weights: for the Q8 BERT that saves 140 MB for 10 % more BERT time (BERT is
@@ -222,12 +231,21 @@ def open_session(path: Path, what: str, prepared: Path | None = None,
         raise ModelError(f"{what} not found: {path}")
     try:
         if prepared is not None:
-            opts = _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, prepack)
-            return ort.InferenceSession(str(optimize(prepared)), opts, providers=["CPUExecutionProvider"])
-        opts = _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL, prepack)
-        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+            opts = _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, prepack, threads)
+            for name, value in weights or ():
+                opts.add_initializer(name, value)
+            return _new_session(optimize(prepared), opts)
+        return _new_session(path, _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL, prepack, threads))
     except Exception as e:  # ORT raises its own exception types for bad files
         raise unreadable(what, path, e) from None
+
+
+def shared_session_weights(graph: Path) -> list[tuple[str, ort.OrtValue]]:
+    """The weights of a prepared graph's optimized copy, for several sessions of it to
+    share: each session mapping the file itself counts its pages once more in the
+    process's memory (measured: 46 MB a decoder session with the full-size voice)."""
+    return [(name, ort.OrtValue.ortvalue_from_numpy(array))
+            for name, array in shared_weights(optimize(graph)).items()]
 
 
 def prepare_options() -> ort.SessionOptions:
@@ -275,6 +293,32 @@ class Bert:
         return self.session.run([self.output_name], feeds)[0][0]  # [tokens, hidden]
 
 
+T = TypeVar("T")
+
+
+class DecoderLanes:
+    """Decoder runs, several at once: each lane is a thread with a session of its own
+    (on its share of the cores). Runs are taken in the order given."""
+
+    def __init__(self, sessions: list[ort.InferenceSession], weights: list | None = None):
+        self._weights = weights  # what the sessions read: kept for as long as they live
+        self._sessions: queue.SimpleQueue = queue.SimpleQueue()
+        for session in sessions:
+            self._sessions.put(session)
+        self._local = threading.local()
+        self._pool = ThreadPoolExecutor(len(sessions), thread_name_prefix="decoder lane",
+                                        initializer=self._start_lane)
+        self.count = len(sessions)
+
+    def _start_lane(self) -> None:
+        lower_compute_priority()  # like every synthesis thread: the player goes first
+        self._local.session = self._sessions.get()
+
+    def submit(self, job: Callable[[ort.InferenceSession], T]) -> Future[T]:
+        """Run job(session) on the next free lane."""
+        return self._pool.submit(lambda: job(self._local.session))
+
+
 @dataclass
 class Voice:
     name: str
@@ -286,6 +330,9 @@ class Voice:
     synth: ort.InferenceSession  # the whole synthesizer, or the part before the decoder
     synth_outputs: list[str]
     decoder: ort.InferenceSession | None = None  # HiFi-GAN alone, when the graph was split
+    # sessions of the same decoder on a share of the cores each, when two windows
+    # decoded at once are done sooner than one after the other on this CPU (prepare.tune)
+    decoder_lanes: DecoderLanes | None = None
     decoder_inputs: tuple[str, ...] = ()  # names of z (and g) in synth's outputs
     decoder_margin: int = 0  # latent frames of overlap that make windowed decoding exact
     files: list[Path] = field(default_factory=list)
@@ -363,11 +410,27 @@ def tuning_path(folder: Path) -> Path:
     return folder / f"tuning.{cpu_key()}.json"
 
 
+TUNING_VERSION = 2  # 2: decoder lanes timed too; an older record is timed again
+
+
 def read_tuning(folder: Path) -> dict | None:
     try:
-        return json.loads(tuning_path(folder).read_text())
+        tuning = json.loads(tuning_path(folder).read_text())
     except (OSError, ValueError):
         return None
+    return tuning if isinstance(tuning, dict) and tuning.get("version") == TUNING_VERSION else None
+
+
+# Latent frames of a decoder window on a lane (the engine's full window is 256):
+# two in flight at once need ONNX Runtime's arena to hold both, and two of 256
+# frames took it 36 MB further than two of 224 (full-size voice), for 1.5 % more
+# overlap decoded.
+LANE_WINDOW_FRAMES = 224
+
+
+def lane_threads(lanes: int) -> int:
+    """Threads of each decoder lane: the cores shared out."""
+    return max(1, cpu_threads() // lanes)
 
 
 def _voice_directory(models_dir: Path, name: str) -> Path:
@@ -449,11 +512,17 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
     synth = open_session(synth_path, "synthesizer", parts.front if parts else whole)
     _check_synthesizer(synth, synth_path, vectors_path, vectors.shape[1], bert_hidden)
     outputs = [o.name for o in synth.get_outputs()]
-    decoder, decoder_inputs, margin, tuning = None, (), 0, None
+    decoder, lanes, decoder_inputs, margin, tuning = None, None, (), 0, None
     if parts:
         tuning = read_tuning(parts.folder)
         form = tuning["form"] if tuning and tuning.get("form") in parts.decoders else "1d"
-        decoder = open_session(synth_path, "synthesizer decoder", parts.decoders[form])
+        count = tuning.get("lanes", 1) if tuning else 1
+        weights = shared_session_weights(parts.decoders[form]) if count > 1 else None
+        decoder = open_session(synth_path, "synthesizer decoder", parts.decoders[form], weights=weights)
+        if count > 1:
+            lanes = DecoderLanes([open_session(synth_path, "synthesizer decoder", parts.decoders[form],
+                                               threads=lane_threads(count), weights=weights)
+                                  for _ in range(count)], weights)
         decoder_inputs = (parts.z_name, parts.g_name) if parts.g_name else (parts.z_name,)
         margin = decoder_margin(config.get("model", {}))
         outputs = [o for o in outputs if o not in decoder_inputs]
@@ -463,7 +532,7 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
     return Voice(
         name=name, sample_rate=data["sampling_rate"], hop_length=data["hop_length"],
         speakers=dict(data.get("spk2id") or {name: 0}), styles=styles, style_vectors=vectors,
-        synth=synth, synth_outputs=outputs, decoder=decoder, decoder_inputs=decoder_inputs,
+        synth=synth, synth_outputs=outputs, decoder=decoder, decoder_lanes=lanes, decoder_inputs=decoder_inputs,
         decoder_margin=margin, files=[config_path, vectors_path, synth_path], tuning=tuning,
     )
 

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .models import (BERT_PATH, SPEAKERS_DIR, ModelError, cpu_threads, installed_voices, load_voice,
-                     open_session, optimize, optimized_path, prepare_options, read_config, read_tuning,
-                     signed_int8_products_exact, tuning_path, unreadable)
+from .models import (BERT_PATH, LANE_WINDOW_FRAMES, SPEAKERS_DIR, TUNING_VERSION, ModelError, cpu_threads, installed_voices,
+                     lane_threads, load_voice, open_session, optimize, optimized_path, prepare_options,
+                     read_config, read_tuning, signed_int8_products_exact, tuning_path, unreadable)
 from .split import SplitModel, _input_channels, cached_split, decoder_margin, split_synthesizer
 from .weights import (UnreadableModel, clear_folder, drop_weights, durable_replace, has_weights, make_whole,
                       model_folder, prepared_whole, read_stamp)
@@ -44,6 +44,10 @@ TUNE_FRAMES = (48, 256)
 # nothing, and each emulated run of a 256-frame window takes 10 s.
 TUNE_REPEATS = max(1, int(os.environ.get("HAYAKOE_PI_TUNE_REPEATS", "3")))
 SAME_SAMPLES = 1e-4  # a form is a candidate only if it gives the samples of the one cut
+# Two decoder lanes (two windows at once, on half the cores each) are kept only
+# if a frame kept costs at least this much less than with one window at a time
+# on every core: a second window in flight costs its working memory (~50 MB).
+LANES_GAIN = 0.05
 
 
 @dataclass
@@ -70,8 +74,12 @@ def describe_tuning(tuning: dict) -> str:
         f"{form} {' / '.join(f'{s * 1000:.0f}' for s in seconds)} ms"
         for form, seconds in tuning["seconds"].items())
     frames = " / ".join(str(f) for f in tuning["frames"])
-    return (f"decoder {tuning['form']} ({times} for {frames} frames, "
+    line = (f"decoder {tuning['form']} ({times} for {frames} frames, "
             f"{tuning['threads']} thread{'s' if tuning['threads'] != 1 else ''})")
+    if "lane_seconds" in tuning:
+        line += (f", {tuning['lanes']} lane{'s' if tuning['lanes'] != 1 else ''} "
+                 f"(two {tuning['lane_frames']}-frame windows at once: {tuning['lane_seconds'] * 1000:.0f} ms)")
+    return line
 
 
 def describe_bert(unsigned_int8: bool) -> str:
@@ -116,6 +124,29 @@ def choose_form(seconds: dict[str, list[float]], differences: dict[str, float]) 
     return min(candidates, key=lambda f: (sum(seconds[f]), f != "1d"))
 
 
+def choose_lanes(alone: float, two_lanes: float, threads: int) -> int:
+    """Decoder lanes for this CPU: 2 if windows decoded two at once, each lane on half
+    the cores, take clearly less time a frame (`two_lanes`, margins paid) than one
+    window after another on every core (`alone`), else 1."""
+    if threads < 2:
+        return 1
+    return 2 if two_lanes <= alone * (1 - LANES_GAIN) else 1
+
+
+def _time_two_at_once(path: Path, feeds: dict) -> float:
+    """Least wall time of two runs of the decoder at `path` at once, each on a lane."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    lanes = [open_session(path, "synthesizer decoder", path, threads=lane_threads(2)) for _ in range(2)]
+    seconds = []
+    with ThreadPoolExecutor(2) as pool:
+        for _ in range(TUNE_REPEATS + 1):
+            began = time.perf_counter()
+            list(pool.map(lambda lane: lane.run(None, feeds), lanes))
+            seconds.append(time.perf_counter() - began)
+    return min(seconds[1:])  # the first round warms the lanes up
+
+
 def tune(parts: SplitModel, margin: int) -> dict:
     """Time each decoder form on this CPU, with the threads the daemon uses, and choose."""
     import onnx
@@ -143,9 +174,21 @@ def tune(parts: SplitModel, margin: int) -> dict:
     differences = {form: max(float(np.abs(outputs[form, i] - outputs["1d", i]).max())
                              for i in range(len(TUNE_FRAMES))) for form in sessions}
     form = choose_form(seconds, differences)
-    return {"form": form, "frames": list(TUNE_FRAMES), "margin": margin, "threads": cpu_threads(),
-            "seconds": {f: [round(s, 4) for s in t] for f, t in seconds.items()},
-            "max_difference": differences}
+    del sessions
+    threads = cpu_threads()
+    tuning = {"version": TUNING_VERSION, "form": form, "frames": list(TUNE_FRAMES), "margin": margin,
+              "threads": threads, "seconds": {f: [round(s, 4) for s in t] for f, t in seconds.items()},
+              "max_difference": differences, "lanes": 1}
+    if threads > 1:
+        lane_feeds = {name: (x[:, :, :LANE_WINDOW_FRAMES + 2 * margin] if name == parts.z_name else x)
+                      for name, x in feeds_by_size[-1].items()}
+        two_at_once = _time_two_at_once(parts.decoders[form], lane_feeds)
+        # a frame kept: each window decodes its margins too
+        tuning["lanes"] = choose_lanes(seconds[form][-1] / TUNE_FRAMES[-1],
+                                       two_at_once / (2 * LANE_WINDOW_FRAMES), threads)
+        tuning["lane_seconds"] = round(two_at_once, 4)  # a lane's window, beside another
+        tuning["lane_frames"] = LANE_WINDOW_FRAMES
+    return tuning
 
 
 def _prepare_bert(models_dir: Path, derived: Path) -> dict:

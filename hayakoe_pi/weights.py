@@ -35,7 +35,9 @@ ALIGN = 1 << 16  # offsets ONNX Runtime can map (a multiple of every page size, 
 # Field numbers from onnx.proto3
 _MODEL_GRAPH = 7
 _GRAPH_INITIALIZER = 5
+_TENSOR_DIMS = 1
 _TENSOR_DATA_TYPE = 2
+_TENSOR_NAME = 8
 _TENSOR_RAW_DATA = 9
 _TENSOR_EXTERNAL_DATA = 13
 _TENSOR_DATA_LOCATION = 14
@@ -81,8 +83,8 @@ def _fields(buf, start: int, end: int):
         key, pos = _varint(buf, pos)
         number, wire = key >> 3, key & 7
         if wire == 0:
-            _, pos = _varint(buf, pos)
             value_at = pos
+            _, pos = _varint(buf, pos)
         elif wire == 1:
             value_at, pos = pos, pos + 8
         elif wire == 2:
@@ -161,6 +163,58 @@ def graph_without_weights(source: Path, place) -> bytes:
     if graphs != 1:
         raise NotRewritable("no graph")
     return bytes(out)
+
+
+# TensorProto.DataType → numpy, for the tensors shared_weights maps
+_NUMPY_TYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 5: np.int16, 6: np.int32, 7: np.int64,
+                10: np.float16, 11: np.float64}
+
+
+def _ints(buf, wire: int, value_at: int, stop: int) -> list[int]:
+    """A repeated int64 field's values (packed or one)."""
+    if wire == 0:
+        return [_varint(buf, value_at)[0]]
+    values, pos = [], value_at
+    while pos < stop:
+        value, pos = _varint(buf, pos)
+        values.append(value)
+    return values
+
+
+def shared_weights(graph: Path) -> dict[str, np.ndarray]:
+    """The external tensors of the saved graph `graph` as read-only arrays over one
+    memory map of their files: sessions given them (SessionOptions.add_initializer)
+    all read the same pages instead of mapping the files once each."""
+    buf = graph.read_bytes()
+    maps: dict[str, np.ndarray] = {}
+    tensors = {}
+    for number, wire, _, value_at, stop in _fields(buf, 0, len(buf)):
+        if number != _MODEL_GRAPH or wire != 2:
+            continue
+        for n, w, _, at, end in _fields(buf, value_at, stop):
+            if n != _GRAPH_INITIALIZER or w != 2:
+                continue
+            name, dims, data_type, place = None, [], 0, {}
+            for f, fw, _, fat, fend in _fields(buf, at, end):
+                if f == _TENSOR_NAME and fw == 2:
+                    name = bytes(buf[fat:fend]).decode()
+                elif f == _TENSOR_DIMS:
+                    dims += _ints(buf, fw, fat, fend)
+                elif f == _TENSOR_DATA_TYPE and fw == 0:
+                    data_type = _varint(buf, fat)[0]
+                elif f == _TENSOR_EXTERNAL_DATA and fw == 2:
+                    entry = {k: bytes(buf[kat:kend]).decode() for k, _, _, kat, kend in _fields(buf, fat, fend)}
+                    place[entry.get(1)] = entry.get(2)
+            if name and data_type in _NUMPY_TYPES and {"location", "offset", "length"} <= set(place):
+                location = graph.parent / place["location"]
+                if location.parent != graph.parent:
+                    continue  # only files beside the graph
+                if place["location"] not in maps:
+                    maps[place["location"]] = np.memmap(location, dtype=np.uint8, mode="r")
+                start, length = int(place["offset"]), int(place["length"])
+                tensors[name] = (maps[place["location"]][start:start + length]
+                                 .view(_NUMPY_TYPES[data_type]).reshape(dims))
+    return tensors
 
 
 def _fsync(path: Path) -> None:

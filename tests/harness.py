@@ -620,6 +620,20 @@ class Probe:
         self.client.disconnect()
 
 
+def prepare_with_two_lanes(derived: Path, voice: str = "tiny-voice") -> None:
+    """Prepare `voice` of the fixture models into `derived` with two decoder lanes,
+    whatever the tuner chose on this CPU (on one core it never would)."""
+    from hayakoe_pi.models import LANE_WINDOW_FRAMES
+    from hayakoe_pi.prepare import prepare
+
+    prepare(FIXTURE_MODELS, derived, [voice])
+    [record] = derived.rglob("tuning.*.json")
+    tuning = json.loads(record.read_text())
+    one_window = tuning["seconds"][tuning["form"]][-1]
+    record.write_text(json.dumps({**tuning, "lanes": 2, "lane_seconds": 2 * one_window,
+                                  "lane_frames": LANE_WINDOW_FRAMES}))
+
+
 def write_config(path: Path, port: int, prefix: str, workdir: Path, **sections) -> Path:
     config = {
         "mqtt": {"host": "127.0.0.1", "port": port, "topic_prefix": prefix,

@@ -1,15 +1,17 @@
 import json
 import shutil
+import threading
 
 import numpy as np
 import pytest
 
 from conftest import FIXTURE_MODELS, GOLDEN, REF_MODELS, needs_shared
+from harness import prepare_with_two_lanes
 from hayakoe_pi import Engine, ModelError, TextError
 from hayakoe_pi.engine import (FIRST_WINDOW_FRAMES, decoder_windows, paced_windows, split_sentences,
                                trailing_silence)
 from hayakoe_pi.split import decoder_margin
-from hayakoe_pi.models import ModelStore
+from hayakoe_pi.models import LANE_WINDOW_FRAMES, ModelStore
 
 VOICE = "tiny-voice"
 QUIET = dict(noise=0.0, noise_w=0.0)
@@ -83,6 +85,106 @@ def test_single_sentence_is_the_raw_synthesizer_output(engine):
     got = np.concatenate(chunks)
     assert got.shape == raw.shape
     assert np.abs(got - raw).max() <= 1e-4
+
+
+@pytest.fixture(scope="module")
+def lanes_engine(tmp_path_factory):
+    """The fixture voice with two decoder lanes, whatever the tuner chose on this CPU."""
+    derived = tmp_path_factory.mktemp("lanes")
+    prepare_with_two_lanes(derived)
+    # windows of a lane's size also without lanes, for the pieces to compare
+    eng = Engine(FIXTURE_MODELS, voice=VOICE, store=ModelStore(FIXTURE_MODELS, derived_dir=derived),
+                 window_frames=LANE_WINDOW_FRAMES)
+    assert eng.voice.decoder_lanes is not None and eng.voice.decoder_lanes.count == 2
+    return eng
+
+
+# sentences of one window and of several
+LANES_TEXT = LONG_SENTENCE + "閉めてください。" + "電気も消してね。" + LONG_SENTENCE + "また明日。"
+
+
+def _shape(pieces) -> list[tuple]:
+    return [(p.sentence, p.pause, p.offset, p.audio.size, p.frames) for p in pieces]
+
+
+def test_decoder_lanes_take_the_sentences_after_the_first(lanes_engine, monkeypatch):
+    """The first sentence's windows alone on every core (first sound soon, and it may play
+    before its last window is ready); every later sentence's on the lanes, given out
+    whole; the same pieces in the same order as one decoder gives."""
+    voice = lanes_engine.voice
+    lanes = voice.decoder_lanes
+    on_lanes = []  # (sentence, future, frames) of each window given to the lanes
+    budget = 2 * (LANE_WINDOW_FRAMES + 2 * voice.decoder_margin)
+    beside = []  # frames under way on the lanes as each window was given to them
+
+    def submit(job):
+        under_way = sum(frames for _, f, frames in on_lanes if not f.done())
+        # the lanes' memory: two lane windows' frames at most under way, or one window alone
+        assert under_way == 0 or under_way + job.__self__.piece.frames <= budget
+        beside.append(under_way)
+        on_lanes.append((job.__self__.piece.sentence, submit_to_lanes(job), job.__self__.piece.frames))
+        return on_lanes[-1][1]
+
+    submit_to_lanes = lanes.submit
+    monkeypatch.setattr(lanes, "submit", submit)
+    got = []
+    for piece in lanes_engine.pieces(LANES_TEXT, **QUIET):
+        # a sentence from the lanes comes whole: none of its windows is still being decoded
+        assert all(f.done() for s, f, _ in on_lanes if s == piece.sentence)
+        got.append(piece)
+    assert sorted({s for s, _, _ in on_lanes}) == [1, 2, 3, 4]
+    assert any(beside)  # two windows at once, now and then
+    monkeypatch.setattr(voice, "decoder_lanes", None)
+    want = list(lanes_engine.pieces(LANES_TEXT, **QUIET))
+    assert _shape(got) == _shape(want)
+    windows = {s: len([p for p in want if p.sentence == s and not p.pause]) for s in range(5)}
+    assert windows[0] > 1 and windows[3] > 1 and windows[1] == windows[2] == windows[4] == 1
+    assert [p.sentence for p in got if not p.pause and not p.on_lane] == [0] * windows[0]
+    assert all(p.on_lane for p in got if p.sentence > 0 and not p.pause)
+    for g, w in zip(got, want):
+        assert np.abs(g.audio - w.audio).max(initial=0) <= 1e-6
+
+
+def test_decoder_lanes_free_again_after_a_stop_and_shared_by_two_texts(lanes_engine):
+    texts = [LANES_TEXT, "お風呂が沸きました。" + LONG_SENTENCE]
+    want = [lanes_engine.synthesize(t, **QUIET) for t in texts]
+    steps = lanes_engine.pieces(LANES_TEXT, **QUIET)
+    while not next(steps).on_lane:
+        pass
+    steps.close()  # stopped with windows under way (or waiting) on the lanes
+    got = [None, None]
+
+    def speak(i):
+        got[i] = lanes_engine.synthesize(texts[i], **QUIET)
+
+    threads = [threading.Thread(target=speak, args=(i,)) for i in range(2)]  # MQTT and Wyoming at once
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for g, w in zip(got, want):
+        assert g is not None and g.shape == w.shape and np.abs(g - w).max() <= 1e-6
+
+
+def test_with_lanes_a_later_sentence_is_at_most_a_lane_window_at_once(lanes_engine):
+    """Two sentences decoded at once hold ONNX Runtime's arena twice: with lanes, the
+    windows after the first sentence are of the lanes' size, not the engine's."""
+    margin = lanes_engine.voice.decoder_margin
+    eng = Engine(FIXTURE_MODELS, voice=VOICE, store=lanes_engine.store)  # full windows of 256 frames
+    assert eng.voice.decoder_lanes is not None
+    windows = [p for p in eng.pieces("はい。" + LONG_SENTENCE, **QUIET) if p.sentence == 1 and not p.pause]
+    assert len(windows) >= 2 and windows[0].frames == LANE_WINDOW_FRAMES + margin
+
+
+def test_a_later_sentence_is_cut_into_full_windows(engine):
+    """Only the text's first sentence starts with a short window (first sound soon): the
+    later ones are decoded while those before them play, and each boundary costs margins."""
+    eng = Engine(FIXTURE_MODELS, voice=VOICE, store=engine.store, window_frames=64)
+    pieces = [p for p in eng.pieces(LONG_SENTENCE + LONG_SENTENCE, **QUIET) if not p.pause]
+    first = [p.audio.size // eng.voice.hop_length for p in pieces if p.sentence == 0]
+    later = [p.audio.size // eng.voice.hop_length for p in pieces if p.sentence == 1]
+    assert first[0] == FIRST_WINDOW_FRAMES and first[1] == 64
+    assert len(later) >= 3 and later[:-1] == [64] * (len(later) - 1) and later[-1] >= 32
 
 
 def test_first_window_is_short(engine):

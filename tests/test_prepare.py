@@ -17,7 +17,7 @@ from conftest import FIXTURE_MODELS, REPO
 from harness import memory_cgroup_available, run_with_memory_limit
 from hayakoe_pi import prepare as prep
 from hayakoe_pi.engine import Engine
-from hayakoe_pi.models import ModelStore, cpu_key, prepare_options
+from hayakoe_pi.models import TUNING_VERSION, ModelStore, cpu_key
 
 VOICE = "tiny-voice"
 TEXT = "おはようございます。今日は晴れです。"
@@ -109,6 +109,30 @@ def test_the_tuner_keeps_the_fastest_form_that_gives_the_same_samples():
     assert prep.choose_form({"1d": [0.30, 1.20], "2d": [0.10, 0.40]}, {"1d": 0.0}) == "1d"  # never compared
 
 
+def test_the_tuner_takes_two_decoder_lanes_only_where_they_are_clearly_faster():
+    # seconds a frame kept: one window after another on every core, and two lanes at once
+    assert prep.choose_lanes(1.0, 0.85, threads=2) == 2
+    assert prep.choose_lanes(1.0, 0.95, threads=2) == 2  # 5 % sooner
+    assert prep.choose_lanes(1.0, 0.97, threads=2) == 1  # not worth a second window's memory
+    assert prep.choose_lanes(1.0, 1.20, threads=2) == 1  # slower at once
+    assert prep.choose_lanes(1.0, 0.60, threads=1) == 1  # one core: nothing to share out
+
+
+def test_a_tuning_record_of_an_older_version_is_timed_again(tmp_path):
+    prep.prepare(FIXTURE_MODELS, tmp_path, [VOICE])
+    [record] = tmp_path.rglob("tuning.*.json")
+    older = json.loads(record.read_text())
+    for key in ("version", "lanes", "lane_seconds", "lane_frames"):
+        older.pop(key, None)
+    record.write_text(json.dumps(older))  # as the last release wrote it: no lanes timed
+    assert prep.missing(FIXTURE_MODELS, tmp_path, VOICE) and not prep.missing(FIXTURE_MODELS, tmp_path, "bert")
+    [bert, voice] = prep.prepare(FIXTURE_MODELS, tmp_path, [VOICE])
+    assert bert.done and not voice.done
+    tuning = json.loads(record.read_text())
+    assert tuning["version"] == TUNING_VERSION and tuning["lanes"] in (1, 2) and tuning == voice.tuning
+    assert ("lane_seconds" in tuning) == (tuning["threads"] > 1) and "lane" in voice.line()
+
+
 def test_prepared_voice_keeps_one_copy_of_each_weight_and_its_timings(tmp_path):
     [_, step] = prep.prepare(FIXTURE_MODELS, tmp_path, [VOICE])
     assert step.tuning["form"] in ("1d", "2d") and step.tuning["threads"] >= 1
@@ -180,11 +204,8 @@ def test_bert_gives_the_exact_features_on_every_cpu(tmp_path):
     audio 1-6 % longer there); prepared, it gives the exact ones everywhere."""
     import onnxruntime as ort
 
-    def session(model):  # the project's options: they hold in a process with sessions of its own
-        return ort.InferenceSession(model, prepare_options(), providers=["CPUExecutionProvider"])
-
-    exact = _hidden(session(_bert_with_exact_products()))
-    published = _hidden(session(str(BERT_SOURCE)))
+    exact = _hidden(ort.InferenceSession(_bert_with_exact_products(), providers=["CPUExecutionProvider"]))
+    published = _hidden(ort.InferenceSession(str(BERT_SOURCE), providers=["CPUExecutionProvider"]))
     saturates = not prep.signed_int8_products_exact()
     # the probe tells the truth about this CPU
     assert (np.abs(published - exact).max() > 1e-3) == saturates

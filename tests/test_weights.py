@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 from conftest import FIXTURE_MODELS
 from hayakoe_pi.models import prepare_options
 from hayakoe_pi.weights import (ALIGN, FOLDED_NAME, MIN_EXTERNAL_BYTES, WEIGHTS_NAME, UnreadableModel,
-                                fold_constants, save_graph, unsigned_integer_weights, weightless)
+                                fold_constants, save_graph, shared_weights, unsigned_integer_weights, weightless)
 
 BERT = FIXTURE_MODELS / "onnx" / "bert" / "q8" / "bert_q8.onnx"
 SYNTH = FIXTURE_MODELS / "onnx" / "speakers" / "tiny-voice" / "synthesizer.onnx"
@@ -34,6 +34,28 @@ def test_the_graph_apart_holds_the_same_tensors_at_mappable_offsets(source, tmp_
     want, got = _tensors(source), _tensors(tmp_path / "g.onnx")
     assert want.keys() == got.keys()
     assert all(np.array_equal(want[k], got[k]) and want[k].dtype == got[k].dtype for k in want)
+
+
+def test_int64_tensors_stay_in_the_graph_where_shape_inference_reads_them(tmp_path):
+    index = numpy_helper.from_array(np.arange(512, dtype=np.int64), "index")  # 4 KB
+    weight = numpy_helper.from_array(np.ones(1024, np.float32), "weight")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["weight", "index"], ["y"])], "g", [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [512])], [index, weight])
+    source = tmp_path / "model.onnx"
+    onnx.save_model(helper.make_model(graph), str(source))
+    places = {t.name: t.data_location for t in weightless(source, tmp_path).graph.initializer}
+    assert places == {"index": TensorProto.DEFAULT, "weight": TensorProto.EXTERNAL}
+
+
+def test_shared_weights_are_the_graphs_tensors_over_one_map(tmp_path):
+    save_graph(weightless(SYNTH, tmp_path), tmp_path / "g.onnx")
+    shared, want = shared_weights(tmp_path / "g.onnx"), _tensors(tmp_path / "g.onnx")
+    graph = onnx.load(str(tmp_path / "g.onnx"), load_external_data=False).graph
+    assert set(shared) == {t.name for t in graph.initializer if t.data_location == TensorProto.EXTERNAL}
+    for name, array in shared.items():
+        assert array.dtype == want[name].dtype and np.array_equal(array, want[name])
+        assert isinstance(array.base, np.memmap) and not array.flags.writeable
 
 
 def test_a_model_keeping_its_weights_apart_already_is_read_whole(tmp_path):
@@ -130,7 +152,7 @@ def test_integer_products_with_unsigned_weights_are_exact_and_the_same(tmp_path)
         "shared": TensorProto.INT8, "zero3": TensorProto.INT8}
 
     a = np.concatenate([np.full((2, depth), 255, np.uint8), rng.integers(0, 256, (2, depth), dtype=np.uint8)])
-    session = ort.InferenceSession(str(folder / "g.onnx"), prepare_options(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(folder / "g.onnx"), providers=["CPUExecutionProvider"])
     y1, y2, y3, _, z = session.run(None, {"a": a})
     exact = lambda w, z0=0: a.astype(np.int64) @ (w.astype(np.int64) - z0)  # noqa: E731
     assert np.array_equal(y1, exact(w1, -3)) and np.array_equal(y2, exact(w2)) and np.array_equal(y3, exact(w2, -3))
