@@ -44,6 +44,17 @@ REMEMBERED_IDS = 1000  # ids seen recently, to drop messages the broker delivers
 AUDIO_ATTEMPTS = 3
 
 
+def name_os_thread(name: str) -> None:
+    """Give the calling thread its name in the kernel too (`top -H`, `ps -L`,
+    /proc/PID/task/TID/comm): Python keeps thread names to itself."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):  # not Linux
+        pass
+
+
 class Daemon:
     """MQTT's front door: the queue of say requests, the speaker thread, commands and events."""
 
@@ -235,6 +246,7 @@ class Daemon:
     # --- speaking (worker thread) --------------------------------------------------------
 
     def _work(self) -> None:
+        name_os_thread("speaker")
         while not self.shutting_down.is_set():
             with self.cond:
                 while not self.queue and not self.shutting_down.is_set():
