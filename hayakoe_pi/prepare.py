@@ -30,9 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .models import (BERT_PATH, LANE_WINDOW_FRAMES, SPEAKERS_DIR, TUNING_VERSION, ModelError, cpu_threads, installed_voices,
-                     lane_threads, load_voice, open_session, optimize, optimized_path, prepare_options,
-                     read_config, read_tuning, signed_int8_products_exact, tuning_path, unreadable)
+from .models import (BERT_PATH, LANE_WINDOW_FRAMES, SPEAKERS_DIR, TUNING_VERSION, ModelError, cpu_threads,
+                     installed_voices, lane_threads, load_voice, open_session, optimize, optimized_path,
+                     prepare_options, read_config, read_tuning, signed_int8_products_exact, tuning_path,
+                     unreadable)
 from .split import SplitModel, _input_channels, cached_split, decoder_margin, split_synthesizer
 from .weights import (UnreadableModel, clear_folder, drop_weights, durable_replace, has_weights, make_whole,
                       model_folder, prepared_whole, read_stamp)
