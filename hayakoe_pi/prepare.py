@@ -2,8 +2,8 @@
 
 Per model file, once: its graph apart from its weights with its constants
 folded (weights.py), for a voice the split into the decoder and the rest
-with the decoder's 2-D form (split.py), ONNX Runtime's optimized copy of
-each graph, and for a voice the decoder form that is faster on this CPU
+with the decoder's 2-D forms (split.py), ONNX Runtime's optimized copy of
+each graph, and for a voice the decoder form that is fastest on this CPU
 (`tune`). Loading a model whole to do this held it several times over (the
 full-size voice peaked at 1.3 GB, more than a 1 GB Pi has free); here no
 step holds its weights in memory, and each model's step runs in a child of
@@ -165,7 +165,7 @@ def tune(parts: SplitModel, margin: int) -> dict:
     sessions = {form: open_session(path, "synthesizer decoder", path) for form, path in parts.decoders.items()}
     seconds = {form: [np.inf] * len(TUNE_FRAMES) for form in sessions}
     outputs = {}
-    for _ in range(TUNE_REPEATS):  # forms in turn, so a noisy moment hits both
+    for _ in range(TUNE_REPEATS):  # forms in turn, so a noisy moment hits each
         for form, session in sessions.items():
             for i, feeds in enumerate(feeds_by_size):
                 began = time.perf_counter()

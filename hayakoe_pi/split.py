@@ -20,9 +20,18 @@ from .weights import (clear_folder, fold_constants, model_folder, names_read, re
 log = logging.getLogger("hayakoe_pi.split")
 
 FRONT_NAME = "front.onnx"
-# The decoder's forms: as cut, and rewritten as a 2-D network (kept only when it
-# gives the same samples). Which is faster depends on the CPU: prepare times them.
-DECODER_FORMS = {"1d": "decoder.onnx", "2d": "decoder-2d.onnx"}
+# The decoder's forms: as cut; rewritten as a 2-D network; and "2d-wide", 2-D
+# only where a convolution reads at least WIDE_CHANNELS channels (each rewritten
+# form kept only when it gives the same samples). Which is fastest depends on
+# the CPU: prepare times them.
+DECODER_FORMS = {"1d": "decoder.onnx", "2d": "decoder-2d.onnx", "2d-wide": "decoder-2d-wide.onnx"}
+# ONNX Runtime's blocked 2-D kernels beat im2col + GEMM on wide layers only
+# (measured, AMD EPYC AVX2, full-size voice, 2 threads, per layer: 5-15 % faster
+# from 64 channels up, 25-40 % slower at 16 and 32; the whole decoder 8 % faster
+# than either form alone).
+WIDE_CHANNELS = 64
+TWO_D_FROM = {"2d": 0, "2d-wide": WIDE_CHANNELS}  # a rewritten form: 2-D from this many channels up
+SPLIT_VERSION = 2  # 2: the 2d-wide form; a voice split before is split (and timed) again
 # Weight names of the decoder's first convolution and its speaker conditioning
 # in Style-Bert-VITS2 exports (HayaKoe keeps PyTorch's parameter names).
 CONV_PRE_SUFFIX = "dec.conv_pre.weight"
@@ -41,7 +50,7 @@ class SplitModel:
 def cached_split(source: Path, cache_root: Path) -> SplitModel | None:
     folder = model_folder(source, cache_root)
     stamp = read_stamp(folder, source)
-    if not stamp or stamp.get("kind") != "split":
+    if not stamp or stamp.get("kind") != "split" or stamp.get("split_version") != SPLIT_VERSION:
         return None
     decoders = {form: folder / DECODER_FORMS[form] for form in stamp["forms"]}
     if not ((folder / FRONT_NAME).is_file() and all(p.is_file() for p in decoders.values())):
@@ -131,13 +140,26 @@ def _scalar_operands_only(graph) -> bool:
     return True
 
 
-def decoder_as_2d(decoder):
+def _input_channels_of_convs(graph) -> dict[int, int]:
+    """Channels each 1-D convolution reads (by its node's index), from its weight's shape."""
+    shapes = {t.name: list(t.dims) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Identity" and node.input[0] in shapes:
+            shapes[node.output[0]] = shapes[node.input[0]]
+    return {i: shapes[n.input[1]][1] for i, n in enumerate(graph.node)
+            if n.op_type == "Conv" and len(shapes.get(n.input[1], ())) == 3}
+
+
+def decoder_as_2d(decoder, min_channels: int = 0):
     """The decoder as a 2-D network of height 1, or None if its graph does not allow it.
 
     ONNX Runtime runs 1-D convolutions as im2col + GEMM, but 2-D ones with its
-    blocked (NCHWc) direct kernels on x86: measured 10-15 % faster on HiFi-GAN,
-    same samples to 1e-6. Inputs get a height axis, every (transposed)
-    convolution a height-1 kernel, the output loses the axis again.
+    blocked (NCHWc) direct kernels on x86: same samples to 1e-6, faster or
+    slower by the CPU and the layer's width. Inputs get a height axis, every
+    (transposed) convolution a height-1 kernel, the output loses the axis
+    again. Convolutions reading fewer than `min_channels` channels stay 1-D,
+    their input squeezed and their output unsqueezed; with `min_channels` set,
+    None also when that leaves all of them 1-D or none (another form's graph).
     """
     from onnx import helper, numpy_helper
     import numpy as np
@@ -146,6 +168,10 @@ def decoder_as_2d(decoder):
     if any(n.op_type not in _AS_2D_OPS or n.domain not in ("", "ai.onnx") for n in graph.node):
         return None
     if len(graph.output) != 1 or not _scalar_operands_only(graph):
+        return None
+    channels = _input_channels_of_convs(graph)
+    narrow = {conv for conv, c in channels.items() if c < min_channels}
+    if min_channels and len(narrow) in (0, sum(n.op_type == "Conv" for n in graph.node)):
         return None
     opset = next((o.version for o in decoder.opset_import if o.domain in ("", "ai.onnx")), 0)
     axes = "hayakoe_pi_height_axis"
@@ -163,6 +189,12 @@ def decoder_as_2d(decoder):
     for index, node in enumerate(graph.node):
         node.input[:] = [renamed.get(x, x) for x in node.input]
         node.output[:] = [f"{out}__2d" if y == out else y for y in node.output]
+        if index in narrow:
+            flat_in, flat_out = f"{node.input[0]}__1d_{index}", f"{node.output[0]}__1d"
+            nodes.append(along_height("Squeeze", node.input[0], flat_in))
+            nodes += [node, along_height("Unsqueeze", flat_out, node.output[0])]
+            node.input[0], node.output[0] = flat_in, flat_out
+            continue
         if node.op_type in ("Conv", "ConvTranspose"):
             weight = f"{node.input[1]}__2d_{index}"
             nodes.append(along_height("Unsqueeze", node.input[1], weight))
@@ -191,13 +223,9 @@ def decoder_as_2d(decoder):
 def _input_channels(graph, name: str) -> int | None:
     """Channels of a decoder input, from the weights of the convolution that reads it
     (a cut edge has no declared shape)."""
-    dims = {t.name: list(t.dims) for t in graph.initializer}
-    identity_of = {n.output[0]: n.input[0] for n in graph.node if n.op_type == "Identity"}
-    for node in graph.node:
-        if node.op_type == "Conv" and node.input[0] == name:
-            weight = dims.get(identity_of.get(node.input[1], node.input[1]))
-            return weight[1] if weight and len(weight) == 3 else None
-    return None
+    channels = _input_channels_of_convs(graph)
+    return next((channels.get(i) for i, n in enumerate(graph.node) if n.op_type == "Conv" and n.input[0] == name),
+                None)
 
 
 def _same_output(one: Path, other: Path, z_name: str, g_name: str | None, session_options,
@@ -259,31 +287,32 @@ def split_synthesizer(source: Path, cache_root: Path, session_options) -> SplitM
         return None
     save_graph(front, folder / FRONT_NAME)
     save_graph(decoder, folder / DECODER_FORMS["1d"])
-    forms = ["1d"]
-    if _save_2d_form(decoder, folder, z, g, source, session_options):
-        forms.append("2d")
-    write_stamp(folder, source, kind="split", z=z, g=g, forms=forms)  # last: see weights.py
+    forms = ["1d"] + [form for form in TWO_D_FROM if _save_2d_form(decoder, form, folder, z, g, source,
+                                                                      session_options)]
+    # last: see weights.py
+    write_stamp(folder, source, kind="split", z=z, g=g, forms=forms, split_version=SPLIT_VERSION)
     log.info("split %s into its decoder and the rest (%s)", source.name, folder)
     return cached_split(source, cache_root)
 
 
-def _save_2d_form(decoder, folder: Path, z: str, g: str | None, source: Path, session_options) -> bool:
-    """Save the 2-D form of the decoder if it gives the same samples as the one cut."""
+def _save_2d_form(decoder, form: str, folder: Path, z: str, g: str | None, source: Path, session_options) -> bool:
+    """Save a rewritten form of the decoder if it gives the same samples as the one cut."""
     import onnx
 
     rewritten = onnx.ModelProto()
     rewritten.CopyFrom(decoder)
-    path = folder / DECODER_FORMS["2d"]
+    path = folder / DECODER_FORMS[form]
     try:
-        rewritten = decoder_as_2d(rewritten)
-        if rewritten is not None:
-            save_graph(rewritten, path)
-            if _same_output(folder / DECODER_FORMS["1d"], path, z, g, session_options):
-                return True
+        rewritten = decoder_as_2d(rewritten, TWO_D_FROM[form])
+        if rewritten is None:
+            return False  # not rewritable, or the same graph as another form
+        save_graph(rewritten, path)
+        if _same_output(folder / DECODER_FORMS["1d"], path, z, g, session_options):
+            return True
     except Exception as e:  # an op or attribute this rewrite does not know
-        log.warning("decoder of %s kept 1-D only (%s)", source, e)
+        log.warning("decoder of %s: no %s form (%s)", source, form, e)
     else:
-        log.info("decoder of %s kept 1-D only", source)
+        log.info("decoder of %s: no %s form (other samples)", source, form)
     path.unlink(missing_ok=True)
     return False
 

@@ -18,6 +18,7 @@ from harness import memory_cgroup_available, run_with_memory_limit
 from hayakoe_pi import prepare as prep
 from hayakoe_pi.engine import Engine
 from hayakoe_pi.models import TUNING_VERSION, ModelStore, cpu_key
+from hayakoe_pi.split import SPLIT_VERSION
 
 VOICE = "tiny-voice"
 TEXT = "おはようございます。今日は晴れです。"
@@ -131,6 +132,19 @@ def test_a_tuning_record_of_an_older_version_is_timed_again(tmp_path):
     tuning = json.loads(record.read_text())
     assert tuning["version"] == TUNING_VERSION and tuning["lanes"] in (1, 2) and tuning == voice.tuning
     assert ("lane_seconds" in tuning) == (tuning["threads"] > 1) and "lane" in voice.line()
+
+
+def test_a_voice_split_before_the_wide_2d_form_is_split_and_timed_again(tmp_path):
+    prep.prepare(FIXTURE_MODELS, tmp_path, [VOICE])
+    [stamp] = [p for p in tmp_path.glob("*/prepared.json") if json.loads(p.read_text())["kind"] == "split"]
+    older = json.loads(stamp.read_text())
+    del older["split_version"]
+    stamp.write_text(json.dumps(older))  # as the release before it wrote it: forms 1d and 2d only
+    assert prep.missing(FIXTURE_MODELS, tmp_path, VOICE) and not prep.missing(FIXTURE_MODELS, tmp_path, "bert")
+    [bert, voice] = prep.prepare(FIXTURE_MODELS, tmp_path, [VOICE])
+    assert bert.done and not voice.done and voice.tuning
+    assert json.loads(stamp.read_text())["split_version"] == SPLIT_VERSION
+    assert not prep.missing(FIXTURE_MODELS, tmp_path, VOICE)
 
 
 def test_prepared_voice_keeps_one_copy_of_each_weight_and_its_timings(tmp_path):

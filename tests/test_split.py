@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from conftest import FIXTURE_MODELS
 from hayakoe_pi.models import ModelStore, _session_options
+from hayakoe_pi import split
 from hayakoe_pi.split import decoder_as_2d
 
 RNG = np.random.default_rng(1)
@@ -64,6 +65,33 @@ def test_2d_form_gives_the_same_samples(opset):
     assert np.abs(got - expected).max() <= 1e-5
 
 
+def _conv_ranks(model) -> list[int]:
+    """Rank of each convolution's input: 3 for 1-D, 4 for 2-D."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in
+             [*inferred.graph.input, *inferred.graph.value_info]}
+    return [ranks[n.input[0]] for n in inferred.graph.node if n.op_type == "Conv"]
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+def test_wide_2d_form_keeps_narrow_convolutions_1d_with_the_same_samples(opset):
+    model = _decoder(opset=opset)  # its convolutions read 3 (pre) and 2 (res) channels
+    z = RNG.standard_normal((1, 3, 37)).astype(np.float32)
+    expected = _run(model, z)
+
+    def rewritten(min_channels):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return decoder_as_2d(copy, min_channels)
+
+    wide = rewritten(3)
+    assert wide is not None and _conv_ranks(wide) == [4, 3]
+    got = _run(wide, z)
+    assert got.shape == expected.shape and np.abs(got - expected).max() <= 1e-5
+    # a form that would be the 1-D one or the whole 2-D one is not made again
+    assert rewritten(4) is None and rewritten(2) is None
+
+
 def test_graphs_it_cannot_rewrite_are_left_alone():
     reshape = _decoder([helper.make_node("Reshape", ["f", "shape"], ["g"])],
                        [numpy_helper.from_array(np.array([1, 2, -1], np.int64), "shape")])
@@ -84,3 +112,13 @@ def test_fixture_decoder_is_cut_in_both_forms(tmp_path):
     assert kernels and all(len(k) == 2 and k[0] == 1 for k in kernels)
     # the engine's decoder still takes [1, channels, frames] (test_engine checks its samples)
     assert len(decoder.graph.input[0].type.tensor_type.shape.dim) == 3
+
+
+def test_fixture_decoder_has_a_wide_2d_form_where_it_has_wide_convolutions(tmp_path, monkeypatch):
+    # the fixture's decoder is narrow (at most 32 channels): with a lower bar it has a wide part
+    monkeypatch.setitem(split.TWO_D_FROM, "2d-wide", 32)
+    source = FIXTURE_MODELS / "onnx" / "speakers" / "tiny-voice" / "synthesizer.onnx"
+    parts = split.split_synthesizer(source, tmp_path, lambda: _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL))
+    assert list(parts.decoders) == ["1d", "2d", "2d-wide"]
+    ranks = _conv_ranks(onnx.load(str(parts.decoders["2d-wide"]), load_external_data=False))
+    assert 3 in ranks and 4 in ranks  # and it gave the same samples, or the split would not keep it
