@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import FIXTURE_MODELS
-from hayakoe_pi.models import ModelStore, _session_options
 from hayakoe_pi import split
+from hayakoe_pi.models import ModelStore, _session_options
 from hayakoe_pi.split import decoder_as_2d
 
 RNG = np.random.default_rng(1)
@@ -118,7 +118,8 @@ def test_fixture_decoder_has_a_wide_2d_form_where_it_has_wide_convolutions(tmp_p
     # the fixture's decoder is narrow (at most 32 channels): with a lower bar it has a wide part
     monkeypatch.setitem(split.TWO_D_FROM, "2d-wide", 32)
     source = FIXTURE_MODELS / "onnx" / "speakers" / "tiny-voice" / "synthesizer.onnx"
-    parts = split.split_synthesizer(source, tmp_path, lambda: _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL))
+    options = lambda: _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL)  # noqa: E731
+    parts = split.split_synthesizer(source, tmp_path, options)
     assert list(parts.decoders) == ["1d", "2d", "2d-wide"]
     ranks = _conv_ranks(onnx.load(str(parts.decoders["2d-wide"]), load_external_data=False))
     assert 3 in ranks and 4 in ranks  # and it gave the same samples, or the split would not keep it
