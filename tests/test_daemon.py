@@ -306,10 +306,14 @@ def test_forget_takes_the_device_out_of_home_assistant(tmp_path):
         newcomer.close()
         return {t for t, payload, kept in newcomer.messages if kept and payload}
 
+    def announced(topics, prefix):
+        # status and state are retained before the discovery configs: wait for all of them
+        return any(t.startswith("homeassistant/") and t.endswith("/config") for t in topics) \
+            and {f"{prefix}/status", f"{prefix}/volume"} <= topics
+
     with appliance(tmp_path) as app:
-        before = wait_for(lambda: retained(app.broker.port, app.prefix, 0.5) or None, 30, what="retained topics")
-        assert any(t.startswith("homeassistant/") and t.endswith("/config") for t in before), before
-        assert f"{app.prefix}/status" in before and f"{app.prefix}/volume" in before
+        wait_for(lambda: announced(retained(app.broker.port, app.prefix, 0.5), app.prefix), 30,
+                 what="retained discovery configs, status and volume")
         app.daemon.stop()
         cli = [sys.executable, "-m", "hayakoe_pi.cli", "forget", "--config", str(app.config)]
         r = subprocess.run(cli, capture_output=True, text=True, timeout=60,
