@@ -9,8 +9,10 @@ package at all.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +24,9 @@ log = logging.getLogger("hayakoe_pi.split")
 FRONT_NAME = "front.onnx"
 # The decoder's forms: as cut; rewritten as a 2-D network; and "2d-wide", 2-D
 # only where a convolution reads at least WIDE_CHANNELS channels (each rewritten
-# form kept only when it gives the same samples). Which is fastest depends on
-# the CPU: prepare times them.
+# form kept only when it gives the same samples, and made only where ONNX
+# Runtime has blocked kernels: blocked_conv_kernels). Which is fastest depends
+# on the CPU: prepare times them.
 DECODER_FORMS = {"1d": "decoder.onnx", "2d": "decoder-2d.onnx", "2d-wide": "decoder-2d-wide.onnx"}
 # ONNX Runtime's blocked 2-D kernels beat im2col + GEMM on wide layers only
 # (measured, AMD EPYC AVX2, full-size voice, 2 threads, per layer: 5-15 % faster
@@ -287,12 +290,48 @@ def split_synthesizer(source: Path, cache_root: Path, session_options) -> SplitM
         return None
     save_graph(front, folder / FRONT_NAME)
     save_graph(decoder, folder / DECODER_FORMS["1d"])
-    forms = ["1d"] + [form for form in TWO_D_FROM if _save_2d_form(decoder, form, folder, z, g, source,
-                                                                      session_options)]
+    forms = ["1d"]
+    if blocked_conv_kernels():
+        forms += [form for form in TWO_D_FROM if _save_2d_form(decoder, form, folder, z, g, source, session_options)]
+    else:
+        log.info("decoder of %s: no 2-D forms (ONNX Runtime has no blocked convolution kernels on "
+                 "this CPU: they would compute as the 1-D one)", source)
     # last: see weights.py
     write_stamp(folder, source, kind="split", z=z, g=g, forms=forms, split_version=SPLIT_VERSION)
     log.info("split %s into its decoder and the rest (%s)", source.name, folder)
     return cached_split(source, cache_root)
+
+
+@functools.cache
+def blocked_conv_kernels() -> bool:
+    """Whether ONNX Runtime runs 2-D convolutions with its blocked (NCHWc) kernels here.
+
+    Only then can a 2-D form of the decoder be faster or slower than the 1-D
+    one (x86-64 with AVX2 or AVX-512). Elsewhere (ARM: a Raspberry Pi) both run
+    im2col + GEMM, so making, optimizing and timing the 2-D forms would only
+    cost a first start time, memory and SD card writes. ONNX Runtime is asked
+    itself: it optimizes a one-convolution graph, and its NCHWc nodes are looked for.
+    """
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    # 64 channels: a multiple of every block size (8 floats with AVX2, 16 with AVX-512)
+    shape = [1, 64, 1, 16]
+    weight = numpy_helper.from_array(np.zeros((64, 64, 1, 3), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[0, 1, 0, 1])], "probe",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with tempfile.TemporaryDirectory(prefix="hayakoe-pi-probe-") as folder:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.optimized_model_filepath = str(Path(folder) / "probe.onnx")
+        opts.log_severity_level = 3  # its warning about saving CPU-specific kernels is the point here
+        ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        optimized = onnx.load(opts.optimized_model_filepath)
+    return any(node.domain == "com.microsoft.nchwc" for node in optimized.graph.node)
 
 
 def _save_2d_form(decoder, form: str, folder: Path, z: str, g: str | None, source: Path, session_options) -> bool:

@@ -1,6 +1,8 @@
 """The decoder cut out of synthesizer.onnx, and its 2-D form."""
 
 import json
+import platform
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -103,6 +105,8 @@ def test_graphs_it_cannot_rewrite_are_left_alone():
 
 
 def test_fixture_decoder_is_cut_in_both_forms(tmp_path):
+    if not split.blocked_conv_kernels():
+        pytest.skip("no 2-D form where ONNX Runtime has no blocked kernels (the next test)")
     ModelStore(FIXTURE_MODELS, derived_dir=tmp_path).voice("tiny-voice")  # as the engine loads it
     [stamp] = [p for p in tmp_path.glob("*/prepared.json") if json.loads(p.read_text())["kind"] == "split"]
     assert json.loads(stamp.read_text())["forms"] == ["1d", "2d"]  # the 2-D form gave the same samples
@@ -117,9 +121,31 @@ def test_fixture_decoder_is_cut_in_both_forms(tmp_path):
 def test_fixture_decoder_has_a_wide_2d_form_where_it_has_wide_convolutions(tmp_path, monkeypatch):
     # the fixture's decoder is narrow (at most 32 channels): with a lower bar it has a wide part
     monkeypatch.setitem(split.TWO_D_FROM, "2d-wide", 32)
+    monkeypatch.setattr(split, "blocked_conv_kernels", lambda: True)  # the rewrite, on any CPU
     source = FIXTURE_MODELS / "onnx" / "speakers" / "tiny-voice" / "synthesizer.onnx"
     options = lambda: _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL)  # noqa: E731
     parts = split.split_synthesizer(source, tmp_path, options)
     assert list(parts.decoders) == ["1d", "2d", "2d-wide"]
     ranks = _conv_ranks(onnx.load(str(parts.decoders["2d-wide"]), load_external_data=False))
     assert 3 in ranks and 4 in ranks  # and it gave the same samples, or the split would not keep it
+
+
+def test_without_blocked_kernels_only_the_1d_form_is_made(tmp_path, monkeypatch):
+    # ARM (a Pi): ONNX Runtime runs a 2-D convolution as the 1-D one; nothing to make or time
+    monkeypatch.setattr(split, "blocked_conv_kernels", lambda: False)
+    source = FIXTURE_MODELS / "onnx" / "speakers" / "tiny-voice" / "synthesizer.onnx"
+    options = lambda: _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL)  # noqa: E731
+    parts = split.split_synthesizer(source, tmp_path, options)
+    assert list(parts.decoders) == ["1d"]
+    assert [p.name for p in parts.folder.glob("decoder*")] == ["decoder.onnx"]
+    assert split.cached_split(source, tmp_path).decoders == parts.decoders  # and the stamp says so
+
+
+def _x86_with_avx2() -> bool:
+    cpuinfo = Path("/proc/cpuinfo")
+    return platform.machine() == "x86_64" and cpuinfo.is_file() and " avx2" in cpuinfo.read_text()
+
+
+@pytest.mark.skipif(not _x86_with_avx2(), reason="ONNX Runtime has blocked (NCHWc) kernels on x86-64 with AVX2")
+def test_onnx_runtime_is_found_to_have_blocked_kernels_on_x86_with_avx2():
+    assert split.blocked_conv_kernels()

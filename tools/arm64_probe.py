@@ -67,7 +67,7 @@ def run(models: Path, out: Path, child_python: str | None) -> None:
     derived = out / "derived"
     steps = prepare(models, derived, report=lambda step: print(f"  {step.line()}", flush=True))
     store = ModelStore(models, derived_dir=derived)
-    audio, forms, lanes = {}, {}, {}
+    audio, forms, timed, lanes = {}, {}, {}, {}
     for n, voice in enumerate(installed_voices(models)):
         engine = Engine(models, voice=voice, store=store)
         # every sentence with the first voice; emulation is slow (CI has 30 minutes), so the
@@ -77,12 +77,14 @@ def run(models: Path, out: Path, child_python: str | None) -> None:
         synthesizer = models / "onnx" / "speakers" / voice / "synthesizer.onnx"
         tuning = read_tuning(model_folder(synthesizer, derived))
         forms[voice] = tuning["form"] if tuning else "whole"
+        timed[voice] = list(tuning["seconds"]) if tuning else []
         lanes[voice] = tuning["lanes"] if tuning else 1
     np.savez(out / "audio.npz", **audio)
     (out / "run.json").write_text(json.dumps({
         "machine": platform.machine(), "python": platform.python_version(),
         "onnxruntime": onnxruntime.__version__, "numpy": np.__version__,
-        "prepared": [s.what for s in steps if not s.done], "decoder_form": forms, "decoder_lanes": lanes,
+        "prepared": [s.what for s in steps if not s.done], "decoder_form": forms, "forms_timed": timed,
+        "decoder_lanes": lanes,
         "bert_unsigned_int8": store.bert.unsigned_int8},
         indent=1))
 
@@ -115,7 +117,7 @@ def compare(x86: Path, arm64: Path) -> int:
     for d, r in zip(("x86", "arm64"), runs):
         print(f"  {d}: {r['machine']}, Python {r['python']}, onnxruntime {r['onnxruntime']}, "
               f"numpy {r['numpy']}, prepared {', '.join(r['prepared']) or 'nothing'}, "
-              f"decoder {r['decoder_form']}, lanes {r.get('decoder_lanes', {})}, "
+              f"decoder {r['decoder_form']} of {r.get('forms_timed', {})}, lanes {r.get('decoder_lanes', {})}, "
               f"BERT weights {'made unsigned' if r.get('bert_unsigned_int8') else 'as published'}")
     lines = a.count(b"\n")
     print(f"  frontend: {lines} lines, {'byte-identical' if a == b else 'DIFFERENT'}")
