@@ -146,6 +146,19 @@ def _x86_with_avx2() -> bool:
     return platform.machine() == "x86_64" and cpuinfo.is_file() and " avx2" in cpuinfo.read_text()
 
 
+def test_a_failed_kernel_probe_makes_every_form_to_be_timed(monkeypatch, caplog):
+    def no_space(**_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(split.tempfile, "TemporaryDirectory", no_space)
+    split.blocked_conv_kernels.cache_clear()
+    try:
+        assert split.blocked_conv_kernels()
+    finally:
+        split.blocked_conv_kernels.cache_clear()
+    assert "timing every decoder form" in caplog.text
+
+
 @pytest.mark.skipif(not _x86_with_avx2(), reason="ONNX Runtime has blocked (NCHWc) kernels on x86-64 with AVX2")
 def test_onnx_runtime_is_found_to_have_blocked_kernels_on_x86_with_avx2():
     assert split.blocked_conv_kernels()
