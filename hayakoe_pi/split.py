@@ -308,8 +308,8 @@ def blocked_conv_kernels() -> bool:
 
     Only then can a 2-D form of the decoder be faster or slower than the 1-D
     one (x86-64 with AVX2 or AVX-512). Elsewhere (ARM: a Raspberry Pi) both run
-    im2col + GEMM, so making, optimizing and timing the 2-D forms would only
-    cost a first start time, memory and SD card writes. ONNX Runtime is asked
+    im2col + GEMM, and making, optimizing and timing the 2-D forms would only
+    cost the first start time, memory and SD card writes. ONNX Runtime is asked
     itself: it optimizes a one-convolution graph, and its NCHWc nodes are looked for.
     """
     import numpy as np
