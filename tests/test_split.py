@@ -94,6 +94,82 @@ def test_wide_2d_form_keeps_narrow_convolutions_1d_with_the_same_samples(opset):
     assert rewritten(4) is None and rewritten(2) is None
 
 
+def _staged_decoder(skip_from_before_the_cut=False, opset=17):
+    """Two upsampling stages: 8 channels, then 4 (the narrow one) with a dilated residual block."""
+    w = lambda *shape: RNG.standard_normal(shape).astype(np.float32) * 0.3  # noqa: E731
+    inits = [numpy_helper.from_array(a, n) for n, a in [
+        ("pre.w", w(8, 3, 5)), ("up1.w", w(8, 8, 16)), ("up2.w", w(8, 4, 4)), ("up2.b", w(4)),
+        ("res.w", w(4, 4, 3)), ("post.w", w(1, 4, 7)), ("half", np.array(0.5, np.float32))]]
+    nodes = [
+        helper.make_node("Conv", ["z", "pre.w"], ["a"], pads=[2, 2]),
+        helper.make_node("ConvTranspose", ["a", "up1.w"], ["b"], strides=[8], pads=[4, 4]),
+        helper.make_node("LeakyRelu", ["b"], ["c"], alpha=0.1),
+        helper.make_node("ConvTranspose", ["c", "up2.w", "up2.b"], ["d"], strides=[2], pads=[1, 1]),
+        helper.make_node("LeakyRelu", ["d"], ["e"], alpha=0.1),
+        helper.make_node("Conv", ["e", "res.w"], ["f"], pads=[3, 3], dilations=[3]),
+        helper.make_node("Add", ["d", "f"], ["g"]),
+        helper.make_node("Mul", ["g", "half"], ["h"]),
+        helper.make_node("Conv", ["h", "post.w"], ["i"], pads=[3, 3]),
+        # a skip from before the cut (b, not c): the narrow stage then needs more than the cut
+        *([helper.make_node("ConvTranspose", ["b", "up2.w"], ["skip"], strides=[2], pads=[1, 1]),
+           helper.make_node("Conv", ["skip", "post.w"], ["skip1"], pads=[3, 3]),
+           helper.make_node("Add", ["i", "skip1"], ["i2"])] if skip_from_before_the_cut else []),
+        helper.make_node("Tanh", ["i2" if skip_from_before_the_cut else "i"], ["audio"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "decoder", [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3, "t"])],
+        [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, 1, "s"])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _in_rows(model, rows, below_channels=8):
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return split.decoder_in_rows(decoder_as_2d(copy), rows, below_channels)
+
+
+@pytest.mark.parametrize("rows", [2, 3])
+def test_narrow_stages_in_rows_give_the_same_samples(rows):
+    model = _staged_decoder()
+    in_rows = _in_rows(model, rows)
+    assert in_rows is not None
+    stacked = [n for n in in_rows.graph.node if n.op_type == "Concat" and len(n.input) == rows
+               and helper.get_attribute_value(n.attribute[0]) == 2]  # the rows, stacked along the height
+    [narrow_upsampling] = [n for n in in_rows.graph.node if n.op_type == "ConvTranspose" and n.input[2:] == ["up2.b"]]
+    assert stacked and narrow_upsampling.input[0] == stacked[0].output[0]
+    for frames in (1, 2, 5, 37):  # short ones get full-length rows
+        z = RNG.standard_normal((1, 3, frames)).astype(np.float32)
+        expected, got = _run(model, z), _run(in_rows, z)
+        assert got.shape == expected.shape
+        assert np.abs(got - expected).max() <= 1e-5, frames
+
+
+def test_rows_take_the_margin_their_layers_reach(monkeypatch):
+    model = _staged_decoder()
+    z = RNG.standard_normal((1, 3, 37)).astype(np.float32)
+    plan = split._rows_plan
+
+    def no_margin(graph, below):
+        cut, after, margin, up = plan(graph, below)
+        return cut, after, 0, up
+
+    monkeypatch.setattr(split, "_rows_plan", no_margin)
+    # without it, the samples beside a row's end are wrong: what the margin is there for
+    assert np.abs(_run(_in_rows(model, 2), z) - _run(model, z)).max() > 1e-3
+
+
+def test_decoders_it_cannot_put_in_rows_are_left_alone():
+    for model, rows, below in [(_staged_decoder(skip_from_before_the_cut=True), 2, 8),
+                               (_staged_decoder(), 2, 4),  # no stage narrower than 4 channels
+                               (_staged_decoder(), 2, 9),  # a cut before the first stage: margin too wide
+                               (_staged_decoder(), 1, 8),
+                               (_staged_decoder(opset=13), 2, 8)]:  # Shape(start, end) needs opset 15
+        as_2d = decoder_as_2d(model)
+        before = as_2d.SerializeToString()
+        assert split.decoder_in_rows(as_2d, rows, below) is None
+        assert as_2d.SerializeToString() == before
+
+
 def test_graphs_it_cannot_rewrite_are_left_alone():
     reshape = _decoder([helper.make_node("Reshape", ["f", "shape"], ["g"])],
                        [numpy_helper.from_array(np.array([1, 2, -1], np.int64), "shape")])
@@ -128,6 +204,19 @@ def test_fixture_decoder_has_a_wide_2d_form_where_it_has_wide_convolutions(tmp_p
     assert list(parts.decoders) == ["1d", "2d", "2d-wide"]
     ranks = _conv_ranks(onnx.load(str(parts.decoders["2d-wide"]), load_external_data=False))
     assert 3 in ranks and 4 in ranks  # and it gave the same samples, or the split would not keep it
+
+
+def test_fixture_decoder_runs_its_narrow_stages_in_rows(tmp_path, monkeypatch):
+    # the fixture's stages have 32, 16, 8, 4 and 2 channels: rows from the 4-channel one,
+    # where the reach left is under a latent frame (as from 64 channels in a full-size voice)
+    monkeypatch.setattr(split, "ROWS_BELOW_CHANNELS", 8)
+    monkeypatch.setattr(split, "blocked_conv_kernels", lambda: True)
+    source = FIXTURE_MODELS / "onnx" / "speakers" / "tiny-voice" / "synthesizer.onnx"
+    options = lambda: _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL)  # noqa: E731
+    parts = split.split_synthesizer(source, tmp_path, options)
+    assert "2d" in parts.decoders  # it gave the same samples, or the split would not keep it
+    decoder = onnx.load(str(parts.decoders["2d"]), load_external_data=False)
+    assert [n for n in decoder.graph.node if n.op_type == "Concat" and len(n.input) == split.ROWS]
 
 
 def test_without_blocked_kernels_only_the_1d_form_is_made(tmp_path, monkeypatch):
