@@ -1,4 +1,5 @@
-"""bench/run.py's arithmetic: speech apart from the silence put between sentences, and pairs of runs."""
+"""bench/run.py's arithmetic: speech apart from the silence put between sentences, and pairs of runs;
+bench/conv_layers.py's forms."""
 
 import importlib.util
 from pathlib import Path
@@ -40,3 +41,24 @@ def test_pairs_compare_runs_made_one_after_the_other():
     assert pair["total_s"] == pytest.approx(1.4)
     assert pair["rtf"] == pytest.approx(1.4)
     assert pair["speech_rtf"] == pytest.approx(1.4 * 9.0 / 9.9)
+
+
+layers_spec = importlib.util.spec_from_file_location(
+    "conv_layers", Path(__file__).parent.parent / "bench" / "conv_layers.py")
+conv_layers = importlib.util.module_from_spec(layers_spec)
+layers_spec.loader.exec_module(conv_layers)
+
+
+def test_conv_layers_times_the_same_computation_in_each_form():
+    import numpy as np
+    import onnxruntime as ort
+
+    x = np.random.default_rng(2).standard_normal((1, 8, 64), dtype=np.float32)
+    outputs = []
+    for rows in (None, 1):
+        model, shape = conv_layers._model(8, 64, 7, rows)
+        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        outputs.append(session.run(None, {"x": x.reshape(shape)})[0].reshape(x.shape))
+    assert np.abs(outputs[0] - outputs[1]).max() <= 1e-4
+    lines = conv_layers.table(frames=2, kernel=3, repeats=1, stages=[(8, 4)], cores=2)
+    assert len(lines) == 3 and lines[2].startswith("| 8 | 8 |") and lines[2].count("GF/s") == 6
