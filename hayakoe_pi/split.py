@@ -42,6 +42,7 @@ TWO_D_FROM = {"2d": 0, "2d-wide": WIDE_CHANNELS}  # a rewritten form: 2-D from t
 # the decoder 5-8 % faster than 2d-wide, 2 or 4 rows alike).
 ROWS_BELOW_CHANNELS = 128
 ROWS = 2
+HEIGHT_AXIS = "hayakoe_pi_height_axis"  # the 2-D rewrite's Unsqueeze / Squeeze axes (opset 13 on)
 SPLIT_VERSION = 3  # 3: "2d" in rows; a voice split before is split (and timed) again
 # Weight names of the decoder's first convolution and its speaker conditioning
 # in Style-Bert-VITS2 exports (HayaKoe keeps PyTorch's parameter names).
@@ -151,12 +152,25 @@ def _scalar_operands_only(graph) -> bool:
     return True
 
 
-def _input_channels_of_convs(graph) -> dict[int, int]:
-    """Channels each 1-D convolution reads (by its node's index), from its weight's shape."""
+def _weight_shapes(graph) -> dict[str, list[int]]:
+    """Shapes of the weights, also under the names Identity gives them and the
+    2-D rewrite's Unsqueeze (a height axis of 1 after the channels)."""
     shapes = {t.name: list(t.dims) for t in graph.initializer}
     for node in graph.node:
-        if node.op_type == "Identity" and node.input[0] in shapes:
-            shapes[node.output[0]] = shapes[node.input[0]]
+        if not node.input or node.input[0] not in shapes:
+            continue
+        dims = shapes[node.input[0]]
+        if node.op_type == "Identity":
+            shapes[node.output[0]] = dims
+        elif node.op_type == "Unsqueeze" and (node.input[1:] == [HEIGHT_AXIS] or
+                                              _attributes(node).get("axes") == [2]):
+            shapes[node.output[0]] = [*dims[:2], 1, *dims[2:]]
+    return shapes
+
+
+def _input_channels_of_convs(graph) -> dict[int, int]:
+    """Channels each 1-D convolution reads (by its node's index), from its weight's shape."""
+    shapes = _weight_shapes(graph)
     return {i: shapes[n.input[1]][1] for i, n in enumerate(graph.node)
             if n.op_type == "Conv" and len(shapes.get(n.input[1], ())) == 3}
 
@@ -185,7 +199,7 @@ def decoder_as_2d(decoder, min_channels: int = 0):
     if min_channels and len(narrow) in (0, sum(n.op_type == "Conv" for n in graph.node)):
         return None
     opset = next((o.version for o in decoder.opset_import if o.domain in ("", "ai.onnx")), 0)
-    axes = "hayakoe_pi_height_axis"
+    axes = HEIGHT_AXIS
 
     def along_height(op, x, y):
         if opset >= 13:
@@ -254,11 +268,7 @@ def _rows_plan(graph, below_channels: int):
         if node.op_type == "Constant" or (node.op_type in ("Unsqueeze", "Identity")
                                           and all(x in constant for x in node.input)):
             constant.update(node.output)  # weights made 2-D
-    weights = {t.name: list(t.dims) for t in graph.initializer}
-    for node in graph.node:
-        if node.op_type in ("Unsqueeze", "Identity") and node.input[0] in weights:
-            dims = weights[node.input[0]]
-            weights[node.output[0]] = dims if node.op_type == "Identity" else [*dims[:2], 1, *dims[2:]]
+    weights = _weight_shapes(graph)
     cut, upsampled = None, 1
     for node in graph.node:
         if node.op_type == "ConvTranspose":
