@@ -181,13 +181,18 @@ class Player:
         self.underruns = 0  # times the card ran dry during the last play()
         self._progress = None
 
-    def play(self, source, sample_rate: int, volume: float = 1.0, stop=None, progress=None) -> bool:
+    def play(self, source, sample_rate: int, volume: float = 1.0, stop=None, progress=None,
+             start_at: float | None = None, on_start=None) -> bool:
         """Play everything; False if `stop` (a threading.Event) cut it short.
 
         `source` is a SynthesisAhead, or an iterable of float32 chunks. The
         device is opened once the first sentence can flow. `progress()` is
         called after every block written: a sign of life for the watchdog,
-        since a wedged device blocks the write.
+        since a wedged device blocks the write. `start_at` (Unix time): the
+        first sound plays then, with silence written before it; if the first
+        sentence cannot flow by then, as soon as it can. `on_start(late)` once
+        the device is opened: how many seconds after `start_at` it starts (0.0
+        on time, or without `start_at`).
         """
         sd = _sounddevice()
 
@@ -204,6 +209,8 @@ class Player:
         held = np.zeros(0, dtype=np.float32)
         index = played = 0
         in_sentence = False  # the last piece written did not end its sentence
+        # start_at on this process's steady clock: the wall clock may be stepped meanwhile (NTP)
+        start = None if start_at is None else time.monotonic() + (start_at - time.time())
         ahead.played(0)
         try:
             while True:
@@ -217,8 +224,9 @@ class Player:
                 piece = ahead.get(index, timeout=0.0 if pausing else self.WAIT_SECONDS)
                 if piece is None and ahead.at_end(index):
                     break
-                waiting = piece is None or (piece.starts_sentence and
-                                            not ahead.can_flow(index, time.monotonic()))
+                now = time.monotonic()
+                first_at = now if stream is not None or start is None else max(now, start)
+                waiting = piece is None or (piece.starts_sentence and not ahead.can_flow(index, first_at))
                 if waiting:
                     # inside a sentence nothing can be done but wait (if the card runs
                     # dry it is counted); between sentences the pause grows
@@ -230,6 +238,11 @@ class Player:
                     continue
                 if stream is None:
                     stream = self._open(sd, sample_rate)
+                    late = self._silence_until(stream, start, sample_rate, stop)
+                    if late is None:
+                        return False
+                    if on_start:
+                        on_start(late)
                 data = np.concatenate([held, piece.audio.astype(np.float32, copy=False) * volume])
                 if played == 0 and held.size == 0:
                     n = min(fade, data.size)
@@ -262,6 +275,19 @@ class Player:
             raise AudioError(f"cannot open audio device {self.device!r}: {e}") from None
         stream.start()
         return stream
+
+    def _silence_until(self, stream, start: float | None, sample_rate: int, stop) -> float | None:
+        """Silence on the opened card until `start` (time.monotonic()); how late the sound
+        starts (0.0 on time), or None if stopped meanwhile."""
+        lead = 0.0 if start is None else start - time.monotonic()
+        frames = int(round(lead * sample_rate))
+        block = np.zeros(min(max(frames, 0), self.BLOCK), dtype=np.float32)
+        while frames > 0:
+            n = min(frames, block.size)
+            if self._write(stream, block[:n], stop) < n:
+                return None
+            frames -= n
+        return max(0.0, -lead)
 
     def _write(self, stream, data: np.ndarray, stop, written=None) -> int:
         """Frames written before `stop` was set (all of them if it was not); `written(n)` after each block."""

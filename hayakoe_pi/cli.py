@@ -128,6 +128,10 @@ def _check(args: argparse.Namespace) -> int:
         print(f"{'ok  ' if ok else 'FAIL'} {what}: {detail}")
 
     report(True, "config", str(args.config))
+    me = config.identity()
+    report(True, "device", f"{me.id} ({me.name}{', area ' + me.area if me.area else ''}): topics "
+                           f"{config.mqtt.topic_prefix}/{me.id}/..., MQTT client id {me.client_id}"
+                           + (" (as before device.id: set device.id to give this Pi its own)" if me.legacy else ""))
     try:
         check_models(config)
         models, name = Path(config.models.dir), config.voice.name
@@ -149,7 +153,7 @@ def _check(args: argparse.Namespace) -> int:
                 report(True, "decoder", f"{describe_tuning(voice.tuning)}, chosen on this CPU")
     except Exception as e:  # ConfigError, ModelError
         report(False, "models", str(e))
-    ok, detail = probe_broker(config.mqtt)
+    ok, detail = probe_broker(config)
     report(ok, "mqtt", detail)
     try:
         report(True, "audio", check_device(config.audio.device))
@@ -261,7 +265,7 @@ def _forget(args: argparse.Namespace) -> int:
     """Remove the device from Home Assistant (install.sh --uninstall runs it, the service stopped)."""
     from .mqtt import forget_device
 
-    ok, detail = forget_device(_load_config(args).mqtt)
+    ok, detail = forget_device(_load_config(args))
     print(detail, file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 1
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -35,6 +36,29 @@ def section(cls):
     return field(default_factory=cls)
 
 
+DEVICE_ID_RE = re.compile(r"[a-z0-9_-]{1,64}")
+LEGACY_CLIENT_ID = "hayakoe-pi"  # the one client id, node id and device of every Pi before device.id
+DEFAULT_DEVICE_NAME = "HayaKoe Pi"
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    id: str | None = None    # [a-z0-9_-]: topics hayakoe/<id>/..., client and Home Assistant ids
+    name: str | None = None  # what Home Assistant shows
+    area: str | None = None  # Home Assistant's suggested_area
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who this Pi is on the broker, in Home Assistant and on the LAN (Config.identity())."""
+
+    id: str
+    name: str
+    area: str | None
+    client_id: str  # the control connection's; the intake adds -intake
+    legacy: bool    # no device.id: the ids of a single Pi installed before there were several
+
+
 @dataclass(frozen=True)
 class TlsConfig:
     enabled: bool = False
@@ -49,7 +73,7 @@ class MqttConfig:
     username: str | None = None
     password: str | None = None
     tls: TlsConfig = section(TlsConfig)
-    client_id: str = "hayakoe-pi"
+    client_id: str | None = None  # null: hayakoe-pi-<device.id> (only configs from before device.id set it)
     topic_prefix: str = "hayakoe"
     discovery_prefix: str = "homeassistant"
     birth_topic: str = "homeassistant/status"
@@ -133,6 +157,7 @@ class LogConfig:
 
 @dataclass(frozen=True)
 class Config:
+    device: DeviceConfig = section(DeviceConfig)
     mqtt: MqttConfig = section(MqttConfig)
     models: ModelsConfig = section(ModelsConfig)
     voice: VoiceConfig = section(VoiceConfig)
@@ -144,6 +169,17 @@ class Config:
     dictionary: DictionaryConfig = section(DictionaryConfig)
     watchdog: WatchdogConfig = section(WatchdogConfig)
     log: LogConfig = section(LogConfig)
+
+    def identity(self) -> Identity:
+        """device.id and its ids; without one, those of a Pi installed before device.id
+        existed (client id `hayakoe-pi`, or mqtt.client_id), so Home Assistant keeps its entities."""
+        device = self.device
+        if device.id is not None:
+            client_id = self.mqtt.client_id or f"{LEGACY_CLIENT_ID}-{device.id}"
+            return Identity(device.id, device.name or device.id, device.area, client_id, legacy=False)
+        client_id = self.mqtt.client_id or LEGACY_CLIENT_ID
+        node = re.sub(r"[^A-Za-z0-9_-]", "_", client_id)
+        return Identity(node, device.name or DEFAULT_DEVICE_NAME, device.area, client_id, legacy=True)
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -215,6 +251,14 @@ def load_config(path: str | Path | None) -> Config:
 
 def _check(config: Config) -> None:
     """What a type and a range cannot say."""
+    device = config.device
+    if device.id is not None and not DEVICE_ID_RE.fullmatch(device.id):
+        raise ConfigError(f"device.id {device.id!r} must be 1 to 64 of a-z, 0-9, '_' and '-' "
+                          "(it is part of MQTT topics and Home Assistant ids)")
+    for key in ("name", "area"):
+        value = getattr(device, key)
+        if value is not None and (not value.strip() or any(ord(c) < 32 for c in value)):
+            raise ConfigError(f"device.{key} must be a non-empty line of text, got {value!r}")
     if config.log.level.upper() not in LOG_LEVELS:
         raise ConfigError(f"log.level must be one of {', '.join(LOG_LEVELS)}")
     for key in ("topic_prefix", "discovery_prefix", "birth_topic"):

@@ -15,7 +15,6 @@ Threads (ARCHITECTURE.md has them all):
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import signal
@@ -32,10 +31,12 @@ from .cache import PhraseCache
 from .config import Config
 from .engine import TextError
 from .models import ModelStore
-from .mqtt import SELECTION, BrokerLink, Topics, discovery_messages
-from .mqtt_api import (EVENT_TEXT_CHARS, PayloadError, SayRequest, error_event, event, parse_say, parse_volume,
-                       parse_word)
+from .mqtt import BrokerLink
+from .mqtt_api import PayloadError, SayRequest, event, parse_say, parse_volume, parse_word
+from .reports import Reports
+from .speaking import SpeakingRecord
 from .speech import SavedSelection, SpeechError, SpeechService
+from .topics import SELECTION, Topics
 from .text.dictionary import UserDictionary
 
 log = logging.getLogger("hayakoe_pi")
@@ -71,11 +72,15 @@ class Daemon:
                                     UserDictionary(Path(config.dictionary.file)), config.cache.dictionary_dir)
         self._reload_dictionary(announce=False)
         self.player = Player(config.audio.device)
-        self.topics = Topics(config.mqtt.topic_prefix, config.mqtt.discovery_prefix, config.mqtt.birth_topic)
-        self.link = BrokerLink(config.mqtt, self.topics, self.on_command, self.on_request, self._on_connected)
+        self.identity = config.identity()
+        mqtt = config.mqtt
+        self.topics = Topics(mqtt.topic_prefix, self.identity.id, mqtt.discovery_prefix, mqtt.birth_topic)
+        self.link = BrokerLink(mqtt, self.identity.client_id, self.topics, self.on_command, self.on_request,
+                               self._on_connected)
+        self.reports = Reports(self.link, self.topics, self.identity, self.speech)
         # the request being spoken, on disk: after a crash the next start tells Home Assistant
-        self.speaking_file = Path(config.state.file).with_name("speaking.json")
-        self.interrupted = self._read_speaking_file()
+        self.speaking_record = SpeakingRecord(Path(config.state.file).with_name("speaking.json"))
+        self.interrupted = self.speaking_record.take()
 
         self.queue: deque[SayRequest] = deque()
         self.cond = threading.Condition()
@@ -91,7 +96,7 @@ class Daemon:
         if config.wyoming.enabled:
             from .wyoming import WyomingServer
 
-            self.wyoming = WyomingServer(config.wyoming, self.speech)
+            self.wyoming = WyomingServer(config.wyoming, self.speech, self.identity)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -145,13 +150,13 @@ class Daemon:
 
     def on_command(self, topic: str, payload: bytes) -> None:
         t = self.topics
-        if topic == t.stop:
+        if topic in (t.stop, t.room_stop):
             self.stop_all()
         elif topic in (t.dictionary_add, t.dictionary_remove):
             self.control.submit(self._change_dictionary, topic == t.dictionary_add, payload)
         elif topic == t.ha_status:
             if payload.strip() == b"online":  # Home Assistant restarted: announce again
-                self._publish_discovery()
+                self.reports.discovery()
         else:
             for name in SELECTION:
                 if topic == t.setting_set(name):
@@ -159,19 +164,19 @@ class Daemon:
 
     def on_request(self, topic: str, payload: bytes, ack=None) -> None:
         """A say or prepare message; `ack()` once it has its last event (the broker keeps it until then)."""
-        self.submit(payload, play=topic == self.topics.say, ack=ack or (lambda: None))
+        self.submit(payload, play=topic in (self.topics.say, self.topics.room_say), ack=ack or (lambda: None))
 
     def submit(self, payload: bytes, play: bool = True, ack=lambda: None) -> SayRequest | None:
         try:
             request = parse_say(payload, self.speech, play)
         except PayloadError as e:
-            self._error(str(e), e.request_id, e.text)
+            self.reports.error(str(e), e.request_id, e.text)
             ack()
             return None
         request.ack = ack
         if request.id in self.recent_ids:
             # answered, so an automation waiting for this id hears why nothing more comes
-            log.info("ignoring message id %s: already received", request.id)
+            log.info("ignoring message id %r: already received", request.id)
             self._final("duplicate", request)
             return None
         self.recent_ids[request.id] = None
@@ -210,12 +215,12 @@ class Daemon:
                 value = payload.decode("utf-8", errors="replace").strip()
                 (self.speech.set_voice if name == "voice" else self.speech.set_style)(value)
         except ValueError as e:  # SpeechError too
-            self._error(f"{name} not changed: {e}")
+            self.reports.error(f"{name} not changed: {e}")
         else:
             log.info("%s set to %s", name, self.speech.shown(name))
             if name == "voice":
-                self._publish_discovery()  # the style list follows the voice
-        self._publish_selection()  # on refusal too, so Home Assistant shows the real value
+                self.reports.discovery()  # the style list follows the voice
+        self.reports.selection()  # on refusal too, so Home Assistant shows the real value
 
     # --- the user dictionary (control thread) --------------------------------------------
 
@@ -224,12 +229,12 @@ class Daemon:
             data = parse_word(payload, adding)
             entry = self.speech.add_word(data) if adding else self.speech.remove_word(data.get("surface"))
         except (ValueError, RuntimeError, OSError) as e:
-            self._error(f"dictionary not changed: {e}")
+            self.reports.error(f"dictionary not changed: {e}")
             return
         log.info("dictionary: %s %s (%s, accent %d)", "added" if adding else "removed", entry.surface,
                  entry.reading, entry.accent)
-        self.link.publish(self.topics.event, {"event": "dictionary", "action": "added" if adding else "removed",
-                                              **dataclasses.asdict(entry)})
+        self.reports.event({"event": "dictionary", "action": "added" if adding else "removed",
+                            **dataclasses.asdict(entry)})
 
     def _reload_dictionary(self, announce: bool = True) -> None:
         try:
@@ -240,8 +245,7 @@ class Daemon:
         words = len(self.speech.dictionary.entries)
         log.info("dictionary: %d words from %s", words, self.speech.dictionary.path)
         if announce:
-            self.link.publish(self.topics.event, {"event": "dictionary", "action": "reloaded", "words": words,
-                                                  "problems": problems})
+            self.reports.event({"event": "dictionary", "action": "reloaded", "words": words, "problems": problems})
 
     # --- speaking (worker thread) --------------------------------------------------------
 
@@ -257,7 +261,7 @@ class Daemon:
                 request = self.queue.popleft()
                 self.cut.clear()
                 self.busy, self.progress = True, time.monotonic()
-            self._write_speaking_file(request)
+            self.speaking_record.write(request)
             try:
                 self._speak(request)
             except Exception as e:  # a bug must not end the worker
@@ -265,11 +269,11 @@ class Daemon:
                 self._final_error(f"internal error: {type(e).__name__}: {e}", request)
             finally:
                 if not self.shutting_down.is_set():
-                    self.speaking_file.unlink(missing_ok=True)
+                    self.speaking_record.clear()
                 with self.cond:
                     idle = not self.queue
                 if idle:
-                    self._publish_state("idle")
+                    self.reports.state("idle")
 
     def _speak(self, request: SayRequest) -> None:
         try:
@@ -279,8 +283,9 @@ class Daemon:
             return
         utterance = self.speech.utterance(request.text, choice, request.speed, progress=self._note_progress)
         if request.play:
-            self._publish_state("speaking")
-        self._event("started", request)
+            self.reports.state("speaking")
+        if request.at is None or not request.play:
+            self._event("started", request)
         ahead = self.speaking = utterance.ahead
         completed = False
         try:
@@ -328,17 +333,25 @@ class Daemon:
 
         A retry starts the utterance over, from what was synthesized meanwhile.
         """
+        starts = []  # with "at", `started` comes when the card opens, saying how late it is
+
+        def started(late: float) -> None:
+            if request.at is not None and not starts:
+                starts.append(late)
+                self._event("started", request, at=request.at, **({"late_s": round(late, 3)} if late else {}))
+
         for attempt in range(1, AUDIO_ATTEMPTS + 1):
             if attempt > 1:
                 rescan_devices()  # a card plugged in (again) meanwhile is found
             try:
-                return self.player.play(ahead, sr, volume, stop=self.cut, progress=self._note_progress)
+                return self.player.play(ahead, sr, volume, stop=self.cut, progress=self._note_progress,
+                                        start_at=request.at, on_start=started)
             except AudioError as e:
                 wait = self.config.audio.retry_seconds
                 if attempt == AUDIO_ATTEMPTS:
                     self._final_error(str(e), request)
                     return None
-                self._error(f"{e}; retrying in {wait:g} s", request.id, request.text)
+                self.reports.error(f"{e}; retrying in {wait:g} s", request.id, request.text)
                 if self.cut.wait(wait):
                     return None
         return None
@@ -346,30 +359,14 @@ class Daemon:
     # --- publishing ----------------------------------------------------------------------
 
     def _on_connected(self) -> None:
-        self.link.publish(self.topics.status, "online", retain=True)
+        self.reports.online(self.busy)
         if self.interrupted is not None:  # the last run died while speaking this
-            log.warning("the last run was cut while speaking %s", self.interrupted["id"])
-            self.link.publish(self.topics.event, {"event": "interrupted", **self.interrupted})
+            log.warning("the last run was cut while speaking %r", self.interrupted["id"])
+            self.reports.event({"event": "interrupted", **self.interrupted})
             self.interrupted = None
-        self._publish_state("speaking" if self.busy else "idle")
-        self._publish_selection()
-        self._publish_discovery()
-
-    def _publish_selection(self) -> None:
-        for name in SELECTION:
-            self.link.publish(self.topics.setting(name), self.speech.shown(name), retain=True)
-
-    def _publish_state(self, state: str) -> None:
-        self.link.publish(self.topics.state, state, retain=True)
-
-    def _publish_discovery(self) -> None:
-        styles = self.speech.styles(self.speech.current_voice())
-        for topic, config in discovery_messages(self.topics, self.config.mqtt.client_id,
-                                                self.speech.voices(), styles):
-            self.link.publish(topic, config, retain=True)
 
     def _event(self, kind: str, request: SayRequest, **extra) -> None:
-        self.link.publish(self.topics.event, event(kind, request, **extra))
+        self.reports.event(event(kind, request, **extra))
 
     def _final(self, kind: str, request: SayRequest, **extra) -> None:
         """The request's last event: now the broker may forget the message."""
@@ -377,33 +374,8 @@ class Daemon:
         request.ack()
 
     def _final_error(self, reason: str, request: SayRequest) -> None:
-        self._error(reason, request.id, request.text)
+        self.reports.error(reason, request.id, request.text)
         request.ack()
-
-    def _write_speaking_file(self, request: SayRequest) -> None:
-        try:
-            self.speaking_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self.speaking_file.write_text(json.dumps({"id": request.id, "text": request.text[:EVENT_TEXT_CHARS],
-                                                      "prepare": not request.play}, ensure_ascii=False))
-        except OSError as e:
-            log.debug("cannot write %s: %s", self.speaking_file, e)
-
-    def _read_speaking_file(self) -> dict | None:
-        """What the last run was speaking when it died (read once, then removed)."""
-        try:
-            data = json.loads(self.speaking_file.read_text("utf-8"))
-            self.speaking_file.unlink()
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as e:
-            log.warning("ignoring %s (%s)", self.speaking_file, e)
-            self.speaking_file.unlink(missing_ok=True)
-            return None
-        return data if isinstance(data, dict) and isinstance(data.get("id"), str) else None
-
-    def _error(self, reason: str, request_id: str | None = None, text: str | None = None) -> None:
-        log.warning("error%s: %s", f" ({request_id})" if request_id else "", reason)
-        self.link.publish(self.topics.event, error_event(reason, request_id, text))
 
 
 def run(config: Config) -> int:

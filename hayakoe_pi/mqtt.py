@@ -1,4 +1,4 @@
-"""MQTT side: topic names, Home Assistant discovery, and the broker connection."""
+"""The broker connections: the daemon's two persistent sessions, `check`'s probe and `forget`."""
 
 from __future__ import annotations
 
@@ -6,100 +6,21 @@ import functools
 import hashlib
 import json
 import logging
-import re
+import random
 import ssl
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
-from . import __version__
-from .config import MqttConfig
+from .config import Config, MqttConfig
+from .discovery import retained_topics
+from .topics import Topics
 
 log = logging.getLogger("hayakoe_pi.mqtt")
-
-
-class Topics:
-    """All topic names, under the configured prefixes."""
-
-    def __init__(self, prefix: str, discovery_prefix: str, birth_topic: str = "homeassistant/status"):
-        self.prefix = prefix
-        self.discovery_prefix = discovery_prefix
-        self.say = f"{prefix}/say"
-        self.stop = f"{prefix}/stop"
-        self.prepare = f"{prefix}/prepare"
-        self.status = f"{prefix}/status"
-        self.state = f"{prefix}/state"
-        self.event = f"{prefix}/event"
-        self.dictionary_add = f"{prefix}/dictionary/add"
-        self.dictionary_remove = f"{prefix}/dictionary/remove"
-        self.ha_status = birth_topic  # Home Assistant's birth message: `online` when it (re)starts
-
-    def setting(self, name: str) -> str:
-        """Retained state topic of a setting (volume, voice, style)."""
-        return f"{self.prefix}/{name}"
-
-    def setting_set(self, name: str) -> str:
-        return f"{self.prefix}/{name}/set"
-
-    def commands(self) -> list[str]:
-        """What the control connection subscribes to (say and prepare come by the intake)."""
-        return [self.stop, *(self.setting_set(s) for s in SELECTION), self.dictionary_add, self.dictionary_remove,
-                self.ha_status]
-
-
-SELECTION = ("volume", "voice", "style")  # what Home Assistant sets and sees (retained)
-
-
-def node_id(client_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", client_id) or "hayakoe-pi"
-
-
-def entity_slug(text: str) -> str:
-    """As Home Assistant makes an object id into an entity id: lower case, underscores."""
-    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
-
-
-# Who sends the discovery messages: Home Assistant's log names it for any problem with them.
-ORIGIN = {"name": "hayakoe-pi", "sw_version": __version__}
-
-
-def discovery_messages(topics: Topics, client_id: str, voices: list[str],
-                       styles: list[str]) -> list[tuple[str, dict]]:
-    """(topic, config) for each Home Assistant entity of the device."""
-    node = node_id(client_id)
-    device = {
-        "identifiers": [node], "name": "HayaKoe Pi", "manufacturer": "hayakoe-pi",
-        "model": "Offline Japanese TTS (Style-Bert-VITS2)", "sw_version": __version__,
-    }
-    common = {
-        "availability_topic": topics.status, "payload_available": "online",
-        "payload_not_available": "offline", "device": device,
-    }
-
-    def entity(component: str, key: str, name: str, **fields) -> tuple[str, dict]:
-        # default_entity_id names the entity as Home Assistant 2025.10+ wants it; object_id (deprecated
-        # there, ignored when both come) keeps the same entity id on older versions
-        config = {"name": name, "unique_id": f"{node}_{key}", "object_id": f"{node}_{key}",
-                  "default_entity_id": f"{component}.{entity_slug(node)}_{key}", "origin": ORIGIN,
-                  **common, **fields}
-        return f"{topics.discovery_prefix}/{component}/{node}/{key}/config", config
-
-    return [
-        entity("notify", "say", "Say", command_topic=topics.say, qos=1, icon="mdi:account-voice"),
-        entity("sensor", "state", "State", state_topic=topics.state, icon="mdi:speaker"),
-        entity("number", "volume", "Volume", command_topic=topics.setting_set("volume"),
-               state_topic=topics.setting("volume"), min=0, max=100, step=1, mode="slider",
-               unit_of_measurement="%", qos=1, icon="mdi:volume-high"),
-        entity("select", "voice", "Voice", command_topic=topics.setting_set("voice"),
-               state_topic=topics.setting("voice"), options=voices, qos=1, icon="mdi:account-music"),
-        entity("select", "style", "Style", command_topic=topics.setting_set("style"),
-               state_topic=topics.setting("style"), options=styles, qos=1, icon="mdi:emoticon"),
-        entity("button", "stop", "Stop", command_topic=topics.stop, payload_press="stop", qos=1,
-               icon="mdi:stop"),
-    ]
 
 
 def _client(mqtt_config: MqttConfig, client_id: str, clean_session: bool,
@@ -125,15 +46,28 @@ class BrokerLink:
     - control (the configured client id): the commands (stop, voice, style,
       volume, Home Assistant's birth message), everything the daemon
       publishes, and the last will;
-    - intake (`<client id>-intake`): `say` and `prepare`, acknowledged by hand
+    - intake (`<client id>-intake`): `say` and `prepare` (the household's and this
+      Pi's own), acknowledged by hand
       (paho's manual_ack) once the request has its last event. Until then the
       broker keeps the message and hands it back after a reconnect or a restart
       of the daemon; its in-flight window (mosquitto's max_inflight_messages,
       20) holds the rest back. On a connection of their own, requests waiting
       in that window never hold back a command.
+
+    Two devices with one client id (an SD card cloned after the install) take
+    the session from each other at every connect: the broker closes the older
+    connection, which reconnects and closes the other's. Seen as connections
+    the broker keeps closing soon after accepting them, it is said once, and
+    both connections then wait CLASH_DELAY seconds (random, so the two devices
+    drift apart) before reconnecting, instead of fighting every second.
     """
 
-    def __init__(self, mqtt_config: MqttConfig, topics: Topics,
+    QUICK_DROP_SECONDS = 15.0  # a connection closed this soon after it was accepted ...
+    QUICK_DROPS = 3            # ... this many times in a row: another device has our client id
+    CLASH_DELAY = (30.0, 90.0)
+    STABLE_SECONDS = 300.0     # a connection that lasted this long ends the suspicion
+
+    def __init__(self, mqtt_config: MqttConfig, client_id: str, topics: Topics,
                  on_command: Callable[[str, bytes], None],
                  on_request: Callable[[str, bytes, Callable[[], None]], None],
                  on_connected: Callable[[], None]):
@@ -150,10 +84,14 @@ class BrokerLink:
         self._lock = threading.Lock()
         self._held: dict = {}  # requests handed on, not yet acknowledged: (packet id, topic, payload hash)
         self._done: OrderedDict = OrderedDict()  # lately acknowledged, by the same key
-        self.client = self._make(mqtt_config.client_id, self._connected, self._command)
+        self.client_id = client_id
+        self._connected_at = 0.0
+        self._quick_drops = 0
+        self.clash = False  # the broker keeps handing our session to another device
+        self.client = self._make(client_id, self._connected, self._command)
         self.client.will_set(topics.status, "offline", qos=1, retain=True)
         self.client.max_queued_messages_set(1000)
-        self.intake = self._make(f"{mqtt_config.client_id}-intake", self._intake_connected, self._request,
+        self.intake = self._make(f"{client_id}-intake", self._intake_connected, self._request,
                                  manual_ack=True)
         self.intake.on_subscribe = self._intake_subscribed
 
@@ -173,7 +111,7 @@ class BrokerLink:
     def start(self) -> None:
         """Connect; the intake follows once the control connection is accepted (wrong
         credentials or a broker away: the broker is tried by one connection only)."""
-        log.info("connecting to MQTT broker %s as %s", self.where, self.config.client_id)
+        log.info("connecting to MQTT broker %s as %s", self.where, self.client_id)
         self._begin(self.client)
 
     def _begin(self, c: paho.Client) -> None:
@@ -208,10 +146,11 @@ class BrokerLink:
         if self._refused(client, reason_code):
             return
         self.connected = True
+        self._connected_at = time.monotonic()
         log.info("connected to MQTT broker %s (session %s)", self.where,
                  "resumed" if flags.session_present else "new")
-        # a session of an older version also took say/prepare here: they belong to the intake
-        client.unsubscribe([self.topics.say, self.topics.prepare])
+        # a session of an older version took say/prepare and the settings without a device here
+        client.unsubscribe(self.topics.before_rooms())
         client.subscribe([(t, 1) for t in self.topics.commands()])
         with self._lock:
             announce = self._intake_ready
@@ -224,7 +163,7 @@ class BrokerLink:
 
     def _intake_connected(self, client, userdata, flags, reason_code, properties) -> None:
         if not self._refused(client, reason_code):
-            client.subscribe([(self.topics.say, 1), (self.topics.prepare, 1)])
+            client.subscribe([(t, 1) for t in self.topics.requests()])
 
     def _intake_subscribed(self, client, userdata, mid, reason_codes, properties) -> None:
         # `online` only once requests can be received: a say sent on seeing it is not missed
@@ -238,7 +177,33 @@ class BrokerLink:
         if client is self.client:
             if self.connected and not self._stopping:
                 log.warning("disconnected from MQTT broker %s (%s); reconnecting", self.where, reason_code)
+                self._note_drop(time.monotonic() - self._connected_at)
             self.connected = False
+
+    def _note_drop(self, lived: float) -> None:
+        """Count connections the broker closed soon after accepting them; at QUICK_DROPS in a row,
+        say that another device has this client id (once) and reconnect slowly."""
+        if lived >= self.STABLE_SECONDS or (not self.clash and lived >= self.QUICK_DROP_SECONDS):
+            self._quick_drops = 0
+            if self.clash:
+                self.clash = False
+                self._set_reconnect_delay(1, 60)
+            return
+        self._quick_drops += 1
+        if self._quick_drops < self.QUICK_DROPS or self.clash:
+            return
+        self.clash = True
+        log.error("the MQTT broker %s keeps closing this device's connection right after accepting it: "
+                  "another device most likely uses the same client id %s (device.id in its config; an SD "
+                  "card cloned after the install keeps it). Give this one its own: set device.id (a-z, 0-9, "
+                  "_ and -) in the config, e.g. `device: {id: kitchen}`, then restart it. Until then it "
+                  "reconnects only every %g-%g s", self.where, self.client_id, *self.CLASH_DELAY)
+        self._set_reconnect_delay(*self.CLASH_DELAY)
+
+    def _set_reconnect_delay(self, low: float, high: float) -> None:
+        delay = random.uniform(low, high)
+        for c in (self.client, self.intake):
+            c.reconnect_delay_set(min_delay=delay, max_delay=max(60, delay))
 
     def _connect_failed(self, client, userdata) -> None:
         if client is self.client:
@@ -328,40 +293,36 @@ def _connect_once(mqtt_config: MqttConfig, client_id: str, timeout: float,
         c.loop_stop()
 
 
-def probe_broker(mqtt_config: MqttConfig, timeout: float = 5.0) -> tuple[bool, str]:
+def probe_broker(config: Config, timeout: float = 5.0) -> tuple[bool, str]:
     """Connect once and report how it went."""
-    return _connect_once(mqtt_config, f"{mqtt_config.client_id}-check", timeout,
+    return _connect_once(config.mqtt, f"{config.identity().client_id}-check", timeout,
                          lambda client, where: f"broker {where} accepted the connection")
 
 
-def retained_topics(topics: Topics, client_id: str) -> list[str]:
-    """Every topic the daemon publishes retained: its discovery configs, status, state, settings."""
-    return [topic for topic, _ in discovery_messages(topics, client_id, [], [])] + \
-        [topics.status, topics.state, *(topics.setting(s) for s in SELECTION)]
+def forget_device(config: Config, timeout: float = 10.0) -> tuple[bool, str]:
+    """Take this Pi out of Home Assistant and the broker (on uninstall, the service stopped).
 
-
-def forget_device(mqtt_config: MqttConfig, timeout: float = 10.0) -> tuple[bool, str]:
-    """Take the device out of Home Assistant and the broker (on uninstall, the service stopped).
-
-    An empty retained discovery config removes an entity; the other retained
-    topics are cleared so nothing stale is handed to the next subscriber. The
-    connection uses the daemon's client id with a clean session, which ends
-    its persistent session (and the messages the broker kept for it).
+    An empty retained discovery config removes an entity; this Pi's other
+    retained topics are cleared so nothing stale is handed to the next
+    subscriber; another Pi's are left alone. The connections use this Pi's
+    client ids with a clean session, which ends its persistent sessions (and
+    the messages the broker kept for them).
     """
-    topics = Topics(mqtt_config.topic_prefix, mqtt_config.discovery_prefix, mqtt_config.birth_topic)
+    mqtt_config, identity = config.mqtt, config.identity()
+    topics = Topics(mqtt_config.topic_prefix, identity.id, mqtt_config.discovery_prefix, mqtt_config.birth_topic)
 
     def clear(client: paho.Client, where: str) -> str:
-        names = retained_topics(topics, mqtt_config.client_id)
+        names = retained_topics(topics, identity) + (topics.before_rooms_retained() if identity.legacy else [])
         sent = [client.publish(topic, b"", qos=1, retain=True) for topic in names]
         for info in sent:
             info.wait_for_publish(timeout)
         if not all(info.is_published() for info in sent):
             raise OSError(f"the broker did not confirm clearing the retained topics within {timeout:g} s")
-        return (f"removed the device from Home Assistant (broker {where}: {len(names)} retained topics "
-                f"cleared, the service's MQTT sessions ended)")
+        return (f"removed the device from Home Assistant (device.id {identity.id}, broker {where}: {len(names)} "
+                f"retained topics cleared, the service's MQTT sessions ended)")
 
     # the intake's session too: a clean connect with its id ends it (and drops its waiting requests)
-    ok, detail = _connect_once(mqtt_config, f"{mqtt_config.client_id}-intake", timeout, lambda c, w: "")
+    ok, detail = _connect_once(mqtt_config, f"{identity.client_id}-intake", timeout, lambda c, w: "")
     if not ok:
         return ok, detail
-    return _connect_once(mqtt_config, mqtt_config.client_id, timeout, clear)
+    return _connect_once(mqtt_config, identity.client_id, timeout, clear)

@@ -1,15 +1,17 @@
 """The MQTT API: payloads turned into typed requests, and the events that answer them.
 
-    hayakoe/say, hayakoe/prepare   plain text, or JSON {"text", "voice", "style", "speed",
-                                   "volume", "id", "interrupt"}  -> SayRequest
-    hayakoe/<setting>/set          volume 0-100, a voice, a style  -> the value
-    hayakoe/event                  {"event": ..., "id", "text", ...}  <- event(), error_event()
+    hayakoe/[<device>/]say, /prepare   plain text, or JSON {"text", "voice", "style", "speed",
+                                       "volume", "id", "interrupt", "at"}  -> SayRequest
+    hayakoe/<device>/<setting>/set     volume 0-100, a voice, a style  -> the value
+    hayakoe/<device>/event             {"event": ..., "id", "text", ...}  <- event(), error_event()
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,9 +19,11 @@ from dataclasses import dataclass, field
 from .engine import SPEED_RANGE
 from .speech import SpeechError, SpeechService, check_number
 
-REQUEST_FIELDS = ("text", "voice", "style", "speed", "volume", "id", "interrupt")
+REQUEST_FIELDS = ("text", "voice", "style", "speed", "volume", "id", "interrupt", "at")
 EVENT_TEXT_CHARS = 200  # events quote at most this much of the text
 MAX_ID_CHARS = 128
+# "at" (Unix time) further ahead than this is refused: a room waiting for it holds its queue
+AT_MAX_AHEAD_SECONDS = 60.0
 
 
 class PayloadError(ValueError):
@@ -40,6 +44,7 @@ class SayRequest:
     speed: float | None = None
     volume: float | None = None  # 0..1
     interrupt: bool = False
+    at: float | None = None  # Unix time to start the sound at (rooms in step); None: as soon as it can
     play: bool = True  # False: only synthesize into the cache (prepare)
     # called once the request has its last event: the broker may then forget the message
     ack: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
@@ -109,9 +114,21 @@ def _parse_json(raw: str, service: SpeechService) -> SayRequest:
             if not isinstance(data["interrupt"], bool):
                 raise ValueError("interrupt must be true or false")
             request.interrupt = data["interrupt"]
+        if data.get("at") is not None:
+            request.at = parse_at(data["at"])
     except ValueError as e:  # SpeechError too
         raise PayloadError(str(e), rid, quoted) from None
     return request
+
+
+def parse_at(value, now: float | None = None) -> float | None:
+    """The "at" field: a Unix time in seconds; one already past means now (None)."""
+    now = time.time() if now is None else now
+    at = check_number(value, "at (a Unix time in seconds)", 0, math.inf)
+    if at > now + AT_MAX_AHEAD_SECONDS:
+        raise ValueError(f"at is {at - now:.0f} s ahead of this device's clock; at most "
+                         f"{AT_MAX_AHEAD_SECONDS:g} s is accepted (is the sender's clock right?)")
+    return at if at > now else None
 
 
 def parse_volume(payload: bytes) -> float:

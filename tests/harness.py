@@ -523,28 +523,43 @@ def cpu_limited(pid: int | None, cpus: float):
         group.close()
 
 
-class Probe:
-    """An MQTT client that records everything under the daemon's prefix."""
+DEVICE = "pi"  # the device.id write_config gives a daemon
+OWN_TOPICS = ("status", "state", "event", "volume", "voice", "style")  # under the device: what it publishes
 
-    def __init__(self, port: int, prefix: str, discovery_prefix: str = "homeassistant"):
+
+class Probe:
+    """An MQTT client that records everything under the daemon's prefix.
+
+    Subtopics name the household's topics (`say`, `stop`, ...) or, for what a
+    Pi publishes and its settings (`event`, `status`, `volume/set`, ...), those
+    of the probe's `device`; `<device>/say` is one Pi's own.
+    """
+
+    def __init__(self, port: int, prefix: str, discovery_prefix: str = "homeassistant", device: str = DEVICE):
         self.messages: list[tuple[str, bytes, bool]] = []
         self.events: "queue.Queue[dict]" = queue.Queue()
         self.prefix = prefix
+        self.device = device
         self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"probe-{free_port()}")
         self.client.on_message = self._on_message
         self.client.connect("127.0.0.1", port)
         self.client.subscribe([(f"{prefix}/#", 1), (f"{discovery_prefix}/#", 1)])
         self.client.loop_start()
 
+    def topic(self, subtopic: str) -> str:
+        if subtopic.split("/")[0] in OWN_TOPICS:
+            return f"{self.prefix}/{self.device}/{subtopic}"
+        return f"{self.prefix}/{subtopic}"
+
     def _on_message(self, client, userdata, msg) -> None:
         self.messages.append((msg.topic, msg.payload, bool(msg.retain)))
-        if msg.topic == f"{self.prefix}/event":
+        if msg.topic == self.topic("event"):
             self.events.put(json.loads(msg.payload))
 
     def publish(self, subtopic: str, payload, qos: int = 1) -> None:
         if isinstance(payload, (dict, list)):
             payload = json.dumps(payload, ensure_ascii=False)
-        self.client.publish(f"{self.prefix}/{subtopic}", payload, qos=qos).wait_for_publish(5)
+        self.client.publish(self.topic(subtopic), payload, qos=qos).wait_for_publish(5)
 
     def next_event(self, timeout: float = 60.0, **match) -> dict:
         """The next event whose fields equal `match` (others are skipped)."""
@@ -618,7 +633,7 @@ class Probe:
         return found
 
     def last(self, subtopic: str) -> bytes | None:
-        topic = f"{self.prefix}/{subtopic}"
+        topic = self.topic(subtopic)
         for t, payload, _ in reversed(self.messages):
             if t == topic:
                 return payload
@@ -645,6 +660,7 @@ def prepare_with_two_lanes(derived: Path, voice: str = "tiny-voice") -> None:
 
 def write_config(path: Path, port: int, prefix: str, workdir: Path, **sections) -> Path:
     config = {
+        "device": {"id": DEVICE},
         "mqtt": {"host": "127.0.0.1", "port": port, "topic_prefix": prefix,
                  "client_id": f"hayakoe-test-{prefix}", "keepalive": 5},
         "models": {"dir": str(FIXTURE_MODELS)},
@@ -777,7 +793,7 @@ class SessionProbe(Probe):
     """
 
     def __init__(self, port: int, prefix: str, discovery_prefix: str = "homeassistant",
-                 client_id: str | None = None, clean_session: bool = False,
+                 client_id: str | None = None, clean_session: bool = False, device: str = DEVICE,
                  username: str | None = None, password: str | None = None,
                  ca_file: str | Path | None = None, wait: float = 10.0):
         self.messages = []
@@ -785,6 +801,7 @@ class SessionProbe(Probe):
         self.event_log: list[dict] = []  # every event, in order of arrival
         self.dups: list[tuple[str, bytes]] = []
         self.prefix = prefix
+        self.device = device
         self.topics = [(f"{prefix}/#", 1), (f"{discovery_prefix}/#", 1)]
         self.connected = threading.Event()
         self.refused: list = []
@@ -824,14 +841,14 @@ class SessionProbe(Probe):
             return
         self._seen.add(key)
         super()._on_message(client, userdata, msg)
-        if msg.topic == f"{self.prefix}/event":
+        if msg.topic == self.topic("event"):
             self.event_log.append(json.loads(msg.payload))
 
     def publish_nowait(self, subtopic: str, payload, qos: int = 1):
         """Hand a message to paho; it is sent (again) once connected. Returns its mid."""
         if isinstance(payload, (dict, list)):
             payload = json.dumps(payload, ensure_ascii=False)
-        return self.client.publish(f"{self.prefix}/{subtopic}", payload, qos=qos).mid
+        return self.client.publish(self.topic(subtopic), payload, qos=qos).mid
 
     def count(self, event: str, id) -> int:
         return sum(1 for e in self.event_log if e.get("event") == event and e.get("id") == id)

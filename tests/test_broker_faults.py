@@ -97,7 +97,7 @@ class Outage:
         wait_for(lambda: connects(app) > self.connects, timeout, what="the daemon to reconnect")
         assert app.daemon.proc.poll() is None, app.daemon.output()[-3000:]
         # the probe resumes its session without subscribing again, so this is a new publish
-        wait_for(lambda: (f"{app.prefix}/status", b"online", False) in app.probe.messages[self.mark:],
+        wait_for(lambda: (app.probe.topic("status"), b"online", False) in app.probe.messages[self.mark:],
                  15, what="status online again")
         assert "session resumed" in app.daemon.output().split("connected to MQTT broker")[-1].splitlines()[0]
         late = Probe(app.broker.port, app.prefix)  # and it is retained

@@ -3,7 +3,7 @@ import re
 import pytest
 
 from conftest import REPO
-from hayakoe_pi.config import Config, ConfigError, defaults, load_config
+from hayakoe_pi.config import Config, ConfigError, Identity, defaults, load_config
 
 
 def write(tmp_path, text):
@@ -65,6 +65,10 @@ def test_empty_file_is_all_defaults(tmp_path):
     ("log:\n  level: LOUD\n", ["log.level"]),
     ("- a\n- b\n", ["mapping"]),
     ("mqtt:\n  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n", ["ca_file", "does not exist"]),
+    ("device:\n  id: Kitchen\n", ["device.id 'Kitchen'", "a-z"]),
+    ("device:\n  id: kitchen/2\n", ["device.id", "topics"]),
+    ("device:\n  id: ''\n", ["device.id"]),
+    ("device:\n  name: \"a\\nb\"\n", ["device.name"]),
 ])
 def test_bad_values_name_the_key(tmp_path, text, words):
     with pytest.raises(ConfigError) as e:
@@ -96,3 +100,14 @@ def test_the_config_is_typed_and_cannot_change_once_loaded(tmp_path):
         load_config(write(tmp_path, "voice:\n  speed: fast\n"))
     with pytest.raises(ConfigError, match="mqtt.username must be a string or null"):
         load_config(write(tmp_path, "mqtt:\n  username: 5\n"))
+
+
+def test_each_pi_has_its_ids_from_device_id_and_an_old_config_keeps_its_own(tmp_path):
+    kitchen = load_config(write(tmp_path, "device:\n  id: kitchen-3fa2c1\n  name: Kitchen\n  area: 台所\n"))
+    assert kitchen.identity() == Identity("kitchen-3fa2c1", "Kitchen", "台所", "hayakoe-pi-kitchen-3fa2c1",
+                                          legacy=False)
+    # a config from before device.id: the one client id, node and device name there were
+    old = load_config(write(tmp_path, "mqtt:\n  client_id: hayakoe-pi\n"))
+    assert old.identity() == Identity("hayakoe-pi", "HayaKoe Pi", None, "hayakoe-pi", legacy=True)
+    assert load_config(write(tmp_path, "{}\n")).identity() == old.identity()
+    assert load_config(write(tmp_path, "mqtt:\n  client_id: 'Pi #2'\n")).identity().id == "Pi__2"

@@ -192,7 +192,7 @@ def _change_settings(app):
 
 def test_home_assistant_discovery(app):
     app.probe.client.publish("homeassistant/status", "online", qos=1).wait_for_publish(5)
-    node = f"hayakoe-test-{app.prefix}"
+    node = "pi"  # device.id
 
     def configs():
         found = {}
@@ -202,21 +202,21 @@ def test_home_assistant_discovery(app):
         return found if len(found) >= 6 else None
 
     found = wait_for(configs, 10, what="discovery")
-    by_kind = {t.split("/")[1] + ":" + t.split("/")[3]: c for t, c in found.items() if node in t}
+    by_kind = {t.split("/")[1] + ":" + t.split("/")[3]: c for t, c in found.items() if t.split("/")[2] == node}
     assert set(by_kind) == {"notify:say", "sensor:state", "number:volume", "select:voice",
                             "select:style", "button:stop"}
     for config in by_kind.values():
-        assert config["availability_topic"] == f"{app.prefix}/status"
+        assert config["availability_topic"] == f"{app.prefix}/pi/status"
         assert config["device"]["identifiers"] == [node]
         assert config["unique_id"].startswith(node)
-    assert by_kind["notify:say"]["command_topic"] == f"{app.prefix}/say"
-    assert by_kind["number:volume"]["command_topic"] == f"{app.prefix}/volume/set"
+    assert by_kind["notify:say"]["command_topic"] == f"{app.prefix}/pi/say"  # this room's
+    assert by_kind["number:volume"]["command_topic"] == f"{app.prefix}/pi/volume/set"
     assert by_kind["select:voice"]["options"] == ["tiny-voice", "tiny-voice-nodur"]
     assert "Neutral" in by_kind["select:style"]["options"]
-    assert by_kind["button:stop"]["command_topic"] == f"{app.prefix}/stop"
+    assert by_kind["button:stop"]["command_topic"] == f"{app.prefix}/pi/stop"
     late = Probe(app.broker.port, app.prefix)  # retained, so a restarted HA finds them too
     try:
-        wait_for(lambda: sum(1 for t, _, r in late.messages if r and t.endswith("/config") and node in t) >= 6,
+        wait_for(lambda: sum(1 for t, _, r in late.messages if r and t.endswith("/config") and t.split("/")[2] == node) >= 6,
                  10, what="retained discovery")
     finally:
         late.close()
@@ -309,7 +309,7 @@ def test_forget_takes_the_device_out_of_home_assistant(tmp_path):
     def announced(topics, prefix):
         # status and state are retained before the discovery configs: wait for all of them
         return any(t.startswith("homeassistant/") and t.endswith("/config") for t in topics) \
-            and {f"{prefix}/status", f"{prefix}/volume"} <= topics
+            and {f"{prefix}/pi/status", f"{prefix}/pi/volume"} <= topics
 
     with appliance(tmp_path) as app:
         wait_for(lambda: announced(retained(app.broker.port, app.prefix, 0.5), app.prefix), 30,

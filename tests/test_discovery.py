@@ -9,7 +9,9 @@ show as a feature that does not work: hence this test.
 """
 
 from hayakoe_pi import __version__
-from hayakoe_pi.mqtt import Topics, discovery_messages
+from hayakoe_pi.config import Config, DeviceConfig, MqttConfig
+from hayakoe_pi.discovery import discovery_messages
+from hayakoe_pi.topics import Topics
 
 COMMON = {
     "availability", "availability_mode", "availability_template", "availability_topic", "default_entity_id",
@@ -36,23 +38,28 @@ DEVICE = {"configuration_url", "connections", "hw_version", "identifiers", "manu
           "name", "serial_number", "suggested_area", "sw_version", "via_device"}
 ORIGIN = {"name", "support_url", "sw_version"}
 
-# the entity ids the README promises (default client id hayakoe-pi)
+# the entity ids of a Pi installed before device.id (client id hayakoe-pi), which an upgrade keeps
 PROMISED = {"notify.hayakoe_pi_say", "sensor.hayakoe_pi_state", "number.hayakoe_pi_volume",
             "select.hayakoe_pi_voice", "select.hayakoe_pi_style", "button.hayakoe_pi_stop"}
 
 
-def messages():
-    return discovery_messages(Topics("hayakoe", "homeassistant"), "hayakoe-pi", ["jvnv-F1-jp"], ["Neutral"])
+def messages(config: Config = Config()):
+    me = config.identity()
+    return discovery_messages(Topics("hayakoe", me.id), me, ["jvnv-F1-jp"], ["Neutral"])
 
 
-def test_every_payload_uses_only_keys_home_assistant_accepts():
-    for topic, config in messages():
+def assert_home_assistant_accepts(found):
+    for topic, config in found:
         platform = topic.split("/")[1]
         unknown = set(config) - COMMON - PLATFORM[platform]
         assert not unknown, (topic, unknown)
         assert REQUIRED[platform] <= set(config), topic
         assert set(config["device"]) <= DEVICE and config["device"]["identifiers"]
         assert set(config["origin"]) <= ORIGIN
+
+
+def test_every_payload_uses_only_keys_home_assistant_accepts():
+    assert_home_assistant_accepts(messages())
 
 
 def test_default_entity_id_and_origin_are_sent_and_keep_the_promised_ids():
@@ -66,7 +73,26 @@ def test_default_entity_id_and_origin_are_sent_and_keep_the_promised_ids():
     assert ids == PROMISED
 
 
-def test_another_client_id_gives_entity_ids_home_assistant_accepts():
-    for _, config in discovery_messages(Topics("hk", "homeassistant"), "Küche Pi #2", [], []):
+def test_an_old_client_id_gives_entity_ids_home_assistant_accepts():
+    me = Config(mqtt=MqttConfig(client_id="Küche Pi #2")).identity()
+    for _, config in discovery_messages(Topics("hk", me.id), me, [], []):
         domain, object_id = config["default_entity_id"].split(".")
         assert object_id.replace("_", "").isalnum() and object_id == object_id.lower() and object_id.isascii()
+
+
+def test_each_pi_is_its_own_device_in_its_area():
+    kitchen = messages(Config(device=DeviceConfig(id="kitchen-3fa2c1", name="Kitchen", area="Kitchen")))
+    bedroom = messages(Config(device=DeviceConfig(id="bedroom", name="寝室")))
+    for found in (kitchen, bedroom):
+        assert_home_assistant_accepts(found)
+    ids = [config["unique_id"] for _, config in kitchen + bedroom]
+    assert len(set(ids)) == len(ids) == 12
+    assert len({topic for topic, _ in kitchen + bedroom}) == 12
+    _, say = kitchen[0]
+    assert say["unique_id"] == "kitchen-3fa2c1_say" and say["default_entity_id"] == "notify.kitchen_3fa2c1_say"
+    assert say["device"]["name"] == "Kitchen" and say["device"]["suggested_area"] == "Kitchen"
+    assert say["command_topic"] == "hayakoe/kitchen-3fa2c1/say"  # the room's notify speaks in that room
+    assert say["availability_topic"] == "hayakoe/kitchen-3fa2c1/status"
+    _, say = bedroom[0]
+    assert say["device"] == {**say["device"], "identifiers": ["bedroom"], "name": "寝室"}
+    assert "suggested_area" not in say["device"]

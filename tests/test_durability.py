@@ -13,7 +13,7 @@ SAMPLE_BYTES = 4  # float32 mono
 
 
 def events_of(probe) -> list[dict]:
-    return [json.loads(p) for t, p, _ in probe.messages if t == f"{probe.prefix}/event"]
+    return [json.loads(p) for t, p, _ in probe.messages if t == probe.topic("event")]
 
 
 def count(events, kind) -> Counter:

@@ -3,7 +3,8 @@
 from types import SimpleNamespace
 
 from hayakoe_pi.config import MqttConfig
-from hayakoe_pi.mqtt import BrokerLink, Topics
+from hayakoe_pi.mqtt import BrokerLink
+from hayakoe_pi.topics import Topics
 
 
 class FakeIntake:
@@ -16,7 +17,7 @@ class FakeIntake:
 
 def make_link():
     handed = []
-    link = BrokerLink(MqttConfig(), Topics("hk", "homeassistant"), on_command=lambda t, p: None,
+    link = BrokerLink(MqttConfig(), "hayakoe-pi-pi", Topics("hk", "pi"), on_command=lambda t, p: None,
                       on_request=lambda t, p, ack: handed.append((p, ack)), on_connected=lambda: None)
     link.intake = FakeIntake()
     return link, handed
@@ -65,3 +66,19 @@ def test_a_failing_handler_still_acknowledges():
     link._on_request = broken
     link._request(link.intake, None, message(9))
     assert link.intake.acks == [(9, 1)]
+
+
+def test_connections_closed_right_after_connecting_are_said_once_and_slow_the_reconnects(caplog):
+    link, _ = make_link()
+    delays = []
+    link._set_reconnect_delay = lambda low, high: delays.append((low, high))
+    for lived in (40.0, 2.0, 1.0):  # a long one, then two quick drops: a flaky network, not yet a clash
+        link._note_drop(lived)
+    assert not link.clash and delays == []
+    link._note_drop(3.0)
+    link._note_drop(35.0)  # while clashing, the backed-off connections last longer: still a clash
+    assert link.clash and delays == [BrokerLink.CLASH_DELAY]
+    clash_lines = [r.message for r in caplog.records if "another device" in r.message]
+    assert len(clash_lines) == 1 and "hayakoe-pi-pi" in clash_lines[0] and "device.id" in clash_lines[0]
+    link._note_drop(BrokerLink.STABLE_SECONDS + 1)  # the other device is gone: back to quick reconnects
+    assert not link.clash and delays[-1] == (1, 60)

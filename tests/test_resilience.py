@@ -210,7 +210,7 @@ def test_switching_to_a_broken_voice_keeps_the_previous(tmp_path, damaged_models
         assert error["event"] == "error", error
         assert "broken-voice" in error["error"] and "synthesizer.onnx" in error["error"]
         # the real value is published again after a refusal
-        wait_for(lambda: any(t == f"{app.prefix}/voice" for t, _, _ in app.probe.messages[mark:]), 10,
+        wait_for(lambda: any(t == app.probe.topic("voice") for t, _, _ in app.probe.messages[mark:]), 10,
                  what="the voice state")
         assert app.probe.last("voice") == b"tiny-voice"
         app.probe.publish("say", {"text": "まだ話せます。", "voice": "broken-voice", "id": "bv"})

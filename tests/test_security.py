@@ -293,7 +293,7 @@ def test_voice_set_from_payload_is_never_a_path_or_command(app, bait):
         assert error["event"] == "error", (voice, error)
         assert "voice not changed" in error["error"] and "unknown voice" in error["error"], (voice, error)
         # the real value is published again
-        wait_for(lambda: any(t == f"{app.prefix}/voice" for t, _, _ in app.probe.messages[mark:]), 10,
+        wait_for(lambda: any(t == app.probe.topic("voice") for t, _, _ in app.probe.messages[mark:]), 10,
                  what="the voice state")
         assert app.probe.last("voice") == b"tiny-voice"
     assert not bait.canary.exists()

@@ -25,7 +25,7 @@ from wyoming.tts import (Synthesize, SynthesizeChunk, SynthesizeStart, Synthesiz
 
 from conftest import FIXTURE_MODELS
 from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, wait_for, write_config
-from hayakoe_pi.config import WyomingConfig, load_config, voice_styles
+from hayakoe_pi.config import Config, DeviceConfig, WyomingConfig, load_config, voice_styles
 from hayakoe_pi.audio import to_pcm16
 from hayakoe_pi.wyoming import SERVICE_TYPE, instance_name, read_event, ready_text, service_info
 
@@ -180,6 +180,39 @@ class FakeZeroconf:
 
     async def async_close(self):
         self.calls.append(("close",))
+
+
+def announced_name(monkeypatch, identity=None) -> str:
+    """The instance name a server with this identity registers (zeroconf faked)."""
+    import zeroconf.asyncio
+
+    from hayakoe_pi.wyoming import WyomingServer
+
+    monkeypatch.setattr(zeroconf.asyncio, "AsyncZeroconf", FakeZeroconf)
+    FakeZeroconf.made.clear()
+    server = WyomingServer(WyomingConfig(enabled=True, host="127.0.0.1", port=free_port(), zeroconf=True),
+                           speech=None, identity=identity)
+    server.start()
+    try:
+        wait_for(lambda: FakeZeroconf.made and FakeZeroconf.made[0].calls, 10, what="registration")
+    finally:
+        server.stop(timeout=5)
+    return FakeZeroconf.made[0].calls[0][1].name
+
+
+def test_each_pi_announces_itself_under_its_own_name(monkeypatch):
+    """Every Pi OS image is called raspberrypi: the name comes from device.id, and Home Assistant
+    names the engine after the program, which carries device.name."""
+    from hayakoe_pi.wyoming.server import build_info
+
+    kitchen = Config(device=DeviceConfig(id="kitchen-3fa2c1", name="Kitchen")).identity()
+    bedroom = Config(device=DeviceConfig(id="bedroom")).identity()
+    names = {announced_name(monkeypatch, me) for me in (kitchen, bedroom)}
+    assert names == {f"hayakoe-pi-kitchen-3fa2c1.{SERVICE_TYPE}", f"hayakoe-pi-bedroom.{SERVICE_TYPE}"}
+    assert announced_name(monkeypatch) == f"{instance_name()}.{SERVICE_TYPE}"  # before device.id: as it was
+    speech = SimpleNamespace(voices=lambda: [], styles=lambda name: [])
+    assert build_info(speech, kitchen).tts[0].name == "HayaKoe Kitchen"
+    assert build_info(speech, Config().identity()).tts[0].name == "hayakoe-pi"
 
 
 def test_server_announces_and_withdraws_without_interface_scan(monkeypatch):

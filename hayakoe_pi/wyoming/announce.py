@@ -7,6 +7,7 @@ import logging
 import socket
 
 from .. import __version__
+from ..config import Identity
 
 log = logging.getLogger("hayakoe_pi.wyoming")
 
@@ -17,9 +18,15 @@ RETRY_SECONDS = 30.0
 
 
 def instance_name(hostname: str | None = None) -> str:
-    """The zeroconf instance name: one DNS label."""
+    """The zeroconf instance name of a Pi without device.id (as before there were several): one DNS label."""
     host = (hostname or socket.gethostname()).split(".")[0] or "localhost"
     return f"{PROGRAM}-{host}"[:63]
+
+
+def device_instance_name(identity: Identity) -> str:
+    """This Pi's zeroconf instance name (Home Assistant's id for the engine): from device.id,
+    since every Pi OS image is called raspberrypi."""
+    return instance_name() if identity.legacy else f"{PROGRAM}-{identity.id}"[:63]
 
 
 def local_address(host: str) -> str:
@@ -46,7 +53,7 @@ def service_info(name: str, port: int, address: str):
     )
 
 
-async def announce(host: str, port: int) -> None:
+async def announce(host: str, port: int, name: str) -> None:
     """Register the service (retrying while the network is not up); unregister when cancelled."""
     try:
         from zeroconf import InterfaceChoice, IPVersion
@@ -54,7 +61,6 @@ async def announce(host: str, port: int) -> None:
     except ImportError:
         log.error("wyoming: zeroconf is not installed; add the integration by host and port")
         return
-    name = instance_name()
     while True:
         aiozc = None
         try:

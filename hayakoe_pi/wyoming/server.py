@@ -12,9 +12,9 @@ from wyoming.info import Attribution, Info, TtsProgram, TtsVoice, TtsVoiceSpeake
 from wyoming.server import AsyncTcpServer
 
 from .. import __version__
-from ..config import WyomingConfig
+from ..config import Config, Identity, WyomingConfig
 from ..speech import SpeechService
-from .announce import LANGUAGES, PROGRAM, announce
+from .announce import LANGUAGES, PROGRAM, announce, device_instance_name
 from .handler import Connections, Handler
 
 log = logging.getLogger("hayakoe_pi.wyoming")
@@ -25,8 +25,9 @@ _PROGRAM_ATTRIBUTION = ("hayakoe-pi", "")
 _VOICE_ATTRIBUTION = ("HayaKoe / Style-Bert-VITS2 JP-Extra", "https://huggingface.co/lemondouble/hayakoe")
 
 
-def build_info(speech: SpeechService) -> Info:
-    """The installed voices, their styles as speakers."""
+def build_info(speech: SpeechService, identity: Identity) -> Info:
+    """The installed voices, their styles as speakers; the program named after the Pi, which
+    Home Assistant shows as the engine's name."""
     voices = []
     for name in speech.voices():
         styles = speech.styles(name)
@@ -39,7 +40,7 @@ def build_info(speech: SpeechService) -> Info:
             speakers=[TtsVoiceSpeaker(name=s) for s in styles],
         ))
     program = TtsProgram(
-        name=PROGRAM, description="HayaKoe Pi: offline Japanese text to speech (Style-Bert-VITS2 JP-Extra)",
+        name=PROGRAM if identity.legacy else f"HayaKoe {identity.name}", description="HayaKoe Pi: offline Japanese text to speech (Style-Bert-VITS2 JP-Extra)",
         attribution=Attribution(*_PROGRAM_ATTRIBUTION), installed=True, version=__version__,
         voices=voices, supports_synthesize_streaming=True,
     )
@@ -49,9 +50,10 @@ def build_info(speech: SpeechService) -> Info:
 class WyomingServer:
     """Serves `speech` over Wyoming (config section `wyoming`), in its own thread and asyncio loop."""
 
-    def __init__(self, config: WyomingConfig, speech: SpeechService):
+    def __init__(self, config: WyomingConfig, speech: SpeechService, identity: Identity | None = None):
         self.config = config
         self.speech = speech
+        self.identity = identity or Config().identity()
         self.pool = ThreadPoolExecutor(max_workers=SYNTH_THREADS, thread_name_prefix="wyoming-synth")
         self.loop: asyncio.AbstractEventLoop | None = None
         self.listening = threading.Event()
@@ -93,7 +95,7 @@ class WyomingServer:
         host, port = self.config.host, self.config.port
         server = AsyncTcpServer(host, port)
         make_handler = partial(Handler, speech=self.speech, pool=self.pool, connections=self.connections,
-                               describe=partial(build_info, self.speech))
+                               describe=partial(build_info, self.speech, self.identity))
         while True:
             try:
                 await server.start(make_handler)
@@ -108,7 +110,7 @@ class WyomingServer:
                     continue
         self.listening.set()
         log.info("wyoming: serving on %s:%d", host, port)
-        announcing = asyncio.create_task(announce(host, port)) if self.config.zeroconf else None
+        announcing = asyncio.create_task(announce(host, port, device_instance_name(self.identity))) if self.config.zeroconf else None
         try:
             await self._stop.wait()
         finally:

@@ -1,0 +1,62 @@
+"""Home Assistant MQTT discovery: one device per Pi, its entities, and the retained topics it leaves."""
+
+from __future__ import annotations
+
+import re
+
+from . import __version__
+from .config import Identity
+from .topics import SELECTION, Topics
+
+
+def entity_slug(text: str) -> str:
+    """As Home Assistant makes an object id into an entity id: lower case, underscores."""
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
+# Who sends the discovery messages: Home Assistant's log names it for any problem with them.
+ORIGIN = {"name": "hayakoe-pi", "sw_version": __version__}
+
+
+def discovery_messages(topics: Topics, identity: Identity, voices: list[str],
+                       styles: list[str]) -> list[tuple[str, dict]]:
+    """(topic, config) for each Home Assistant entity of this Pi's device."""
+    node = identity.id
+    device = {
+        "identifiers": [node], "name": identity.name, "manufacturer": "hayakoe-pi",
+        "model": "Offline Japanese TTS (Style-Bert-VITS2)", "sw_version": __version__,
+    }
+    if identity.area:
+        device["suggested_area"] = identity.area
+    common = {
+        "availability_topic": topics.status, "payload_available": "online",
+        "payload_not_available": "offline", "device": device,
+    }
+
+    def entity(component: str, key: str, name: str, **fields) -> tuple[str, dict]:
+        # default_entity_id names the entity as Home Assistant 2025.10+ wants it; object_id (deprecated
+        # there, ignored when both come) keeps the same entity id on older versions
+        config = {"name": name, "unique_id": f"{node}_{key}", "object_id": f"{node}_{key}",
+                  "default_entity_id": f"{component}.{entity_slug(node)}_{key}", "origin": ORIGIN,
+                  **common, **fields}
+        return f"{topics.discovery_prefix}/{component}/{node}/{key}/config", config
+
+    return [
+        entity("notify", "say", "Say", command_topic=topics.room_say, qos=1, icon="mdi:account-voice"),
+        entity("sensor", "state", "State", state_topic=topics.state, icon="mdi:speaker"),
+        entity("number", "volume", "Volume", command_topic=topics.setting_set("volume"),
+               state_topic=topics.setting("volume"), min=0, max=100, step=1, mode="slider",
+               unit_of_measurement="%", qos=1, icon="mdi:volume-high"),
+        entity("select", "voice", "Voice", command_topic=topics.setting_set("voice"),
+               state_topic=topics.setting("voice"), options=voices, qos=1, icon="mdi:account-music"),
+        entity("select", "style", "Style", command_topic=topics.setting_set("style"),
+               state_topic=topics.setting("style"), options=styles, qos=1, icon="mdi:emoticon"),
+        entity("button", "stop", "Stop", command_topic=topics.room_stop, payload_press="stop", qos=1,
+               icon="mdi:stop"),
+    ]
+
+
+def retained_topics(topics: Topics, identity: Identity) -> list[str]:
+    """Every topic this Pi publishes retained: its discovery configs, status, state, settings."""
+    return [topic for topic, _ in discovery_messages(topics, identity, [], [])] + \
+        [topics.status, topics.state, *(topics.setting(s) for s in SELECTION)]

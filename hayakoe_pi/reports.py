@@ -1,0 +1,52 @@
+"""What the daemon tells the broker: events (each naming this Pi), status, state, settings, discovery."""
+
+from __future__ import annotations
+
+import logging
+
+from .config import Identity
+from .discovery import discovery_messages
+from .mqtt import BrokerLink
+from .mqtt_api import error_event
+from .speech import SpeechService
+from .topics import SELECTION, Topics
+
+log = logging.getLogger("hayakoe_pi")
+
+
+class Reports:
+    """Publishes under this Pi's own topics; none of it blocks (paho queues it)."""
+
+    def __init__(self, link: BrokerLink, topics: Topics, identity: Identity, speech: SpeechService):
+        self.link, self.topics, self.identity, self.speech = link, topics, identity, speech
+
+    def event(self, payload: dict) -> None:
+        """An event on this Pi's event topic; every event names the Pi, for automations that
+        listen to several (hayakoe/+/event)."""
+        self.link.publish(self.topics.event, {"event": payload["event"], "device": self.identity.id, **payload})
+
+    def error(self, reason: str, request_id: str | None = None, text: str | None = None) -> None:
+        log.warning("error%s: %s", f" ({request_id!r})" if request_id else "", reason)
+        self.event(error_event(reason, request_id, text))
+
+    def online(self, busy: bool) -> None:
+        """Everything retained, (again) on each connect: status, state, settings and the device."""
+        self.link.publish(self.topics.status, "online", retain=True)
+        if self.identity.legacy:  # an older version's retained topics without the device: stale now
+            for topic in self.topics.before_rooms_retained():
+                self.link.publish(topic, b"", retain=True)
+        self.state("speaking" if busy else "idle")
+        self.selection()
+        self.discovery()
+
+    def state(self, state: str) -> None:
+        self.link.publish(self.topics.state, state, retain=True)
+
+    def selection(self) -> None:
+        for name in SELECTION:
+            self.link.publish(self.topics.setting(name), self.speech.shown(name), retain=True)
+
+    def discovery(self) -> None:
+        styles = self.speech.styles(self.speech.current_voice())
+        for topic, config in discovery_messages(self.topics, self.identity, self.speech.voices(), styles):
+            self.link.publish(topic, config, retain=True)
