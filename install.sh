@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Install, upgrade or remove hayakoe-pi on Raspberry Pi OS bookworm / Debian 12.
 #
-#   sudo ./install.sh [--voice NAME] [--models-from DIR] [--no-start]
+#   sudo ./install.sh [--voice NAME] [--models-from DIR] [--name NAME] [--area AREA] [--no-start]
 #   sudo ./install.sh --uninstall [--purge]
 #
 # Installs the apt packages it needs, a system user "hayakoe-pi" (in group
 # audio), a virtualenv in /opt/hayakoe-pi/venv with this checkout in it, the
 # config /etc/hayakoe-pi/config.yaml (only when absent: your edits are never
-# overwritten; a newer default lands beside it as config.yaml.new), BERT and
+# overwritten; a newer default lands beside it as config.yaml.new; the first
+# install gives this Pi its own device.id, unique per installed OS, and its
+# name and area in Home Assistant), BERT and
 # one voice in /var/lib/hayakoe-pi/models (downloaded from Hugging Face
 # lemondouble/hayakoe, size- and sha256-checked, resumable; or copied with
 # --models-from), a loopback-only mosquitto when the config points at this
@@ -70,6 +72,10 @@ Install or upgrade hayakoe-pi (offline Japanese text to speech over MQTT).
   --models-from DIR   copy BERT and the voice from DIR (HayaKoe layout:
                       onnx/bert/q8/bert_q8.onnx, bert/tokenizer/, onnx/speakers/<voice>/)
                       instead of downloading them from Hugging Face
+  --name NAME         what Home Assistant calls this Pi, e.g. Kitchen (default: the
+                      host name); its device.id, the part of its MQTT topics, is made
+                      from it and /etc/machine-id on the first install and then kept
+  --area AREA         the Home Assistant area to suggest for it, e.g. Kitchen
   --no-start          install and enable the service, but do not (re)start it
   --uninstall         stop and remove the service and /opt/hayakoe-pi; keep the
                       config (/etc/hayakoe-pi), models and cache
@@ -81,6 +87,8 @@ EOF
 
 # --- arguments ------------------------------------------------------------------------
 VOICE_ARG=""
+NAME_ARG=""
+AREA_ARG=""
 MODELS_FROM=""
 NO_START=0
 UNINSTALL=0
@@ -91,6 +99,10 @@ while [ $# -gt 0 ]; do
         --voice=*) VOICE_ARG="${1#*=}"; shift ;;
         --models-from) [ $# -ge 2 ] || die "--models-from needs a directory"; MODELS_FROM="$2"; shift 2 ;;
         --models-from=*) MODELS_FROM="${1#*=}"; shift ;;
+        --name) [ $# -ge 2 ] || die "--name needs a name"; NAME_ARG="$2"; shift 2 ;;
+        --name=*) NAME_ARG="${1#*=}"; shift ;;
+        --area) [ $# -ge 2 ] || die "--area needs a name"; AREA_ARG="$2"; shift 2 ;;
+        --area=*) AREA_ARG="${1#*=}"; shift ;;
         --no-start) NO_START=1; shift ;;
         --uninstall) UNINSTALL=1; shift ;;
         --purge) PURGE=1; shift ;;
@@ -284,26 +296,50 @@ try:
     c = load_config(sys.argv[1])
 except ConfigError as e:
     sys.exit(f"install.sh: error: {e}")
-for value in (c.mqtt.host, c.mqtt.port, c.mqtt.topic_prefix, c.voice.name, c.models.dir, c.audio.device):
-    print(str(value).replace("\n", " "))
+for value in (c.mqtt.host, c.mqtt.port, c.mqtt.topic_prefix, c.voice.name, c.models.dir, c.audio.device,
+              c.device.id, c.device.name, c.device.area):
+    print("" if value is None else str(value).replace("\n", " "))
 EOF
 }
 
-# The repo's default config $1 with voice.name set to $2 and audio.device to $3
-# (if given; a name without double quotes).
+# A YAML scalar for text $1 (JSON's double-quoted string is one), escaped for sed's
+# replacement; null when empty.
+yaml_text() {
+    if [ -z "$1" ]; then echo null; return; fi
+    "$PYTHON" -c 'import json, sys; print(json.dumps(sys.argv[1], ensure_ascii=False))' "$1" |
+        sed 's/[\\&|]/\\&/g'
+}
+
+# The repo's default config $1 with voice.name set to $2, audio.device to $3
+# (if given; a name without double quotes), and device.id, name and area to $4-$6.
 default_config() {
     local device
     device="$(printf '%s' "${3:-default}" | sed 's/[\\&|]/\\&/g')"
     if [ "$device" != default ]; then device="\"$device\""; fi
     sed -E -e "/^voice:/,/^[^[:space:]#]/ s/^(  name:[[:space:]]*)[^[:space:]#]+/\\1$2/" \
-        -e "/^audio:/,/^[^[:space:]#]/ s|^(  device:[[:space:]]*)default|\\1$device|" "$1"
+        -e "/^audio:/,/^[^[:space:]#]/ s|^(  device:[[:space:]]*)default|\\1$device|" \
+        -e "/^device:/,/^[^[:space:]#]/ s|^(  id:[[:space:]]*)null|\\1${4:-null}|" \
+        -e "/^device:/,/^[^[:space:]#]/ s|^(  name:[[:space:]]*)null|\\1$(yaml_text "${5:-}")|" \
+        -e "/^device:/,/^[^[:space:]#]/ s|^(  area:[[:space:]]*)null|\\1$(yaml_text "${6:-}")|" "$1"
 }
 
-# Replace the (untouched) config with the default naming voice $1 and device $2.
+# This Pi's device.id: its name (or host name) as a-z0-9 and -, and 6 hex digits of
+# /etc/machine-id, which is unique per installed OS (every Pi OS image is "raspberrypi").
+new_device_id() {
+    local slug seed
+    slug="$(printf '%s' "$1" | tr '[:upper:]' '[:lower:]' | sed -E 's/[^a-z0-9]+/-/g; s/^-+//' | cut -c1-32 |
+        sed -E 's/-+$//')"
+    seed="$(cat "$ROOT/etc/machine-id" 2>/dev/null || cat /etc/machine-id 2>/dev/null ||
+        od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
+    printf '%s-%s\n' "${slug:-pi}" "$(printf 'hayakoe-pi %s' "$seed" | sha256sum | cut -c1-6)"
+}
+
+# Replace the (untouched) config with the default naming voice $1 and device $2,
+# and this Pi's identity (DEVICE_ID, DEVICE_NAME, DEVICE_AREA).
 write_default_config() {
     local tmp
     tmp="$(mktemp "$CONFIG.XXXXXX")"
-    default_config "$SRC/config.yaml" "$1" "$2" >"$tmp"
+    default_config "$SRC/config.yaml" "$1" "$2" "$DEVICE_ID" "$DEVICE_NAME" "$DEVICE_AREA" >"$tmp"
     own_config "$tmp"
     mv -f "$tmp" "$CONFIG"
 }
@@ -320,20 +356,24 @@ mkdir -p "$ETC_DIR"
 chmod 0755 "$ETC_DIR"
 CONFIG_IS_DEFAULT=0
 if [ ! -e "$CONFIG" ]; then
-    install -m 0640 "$SRC/config.yaml" "$CONFIG"
-    own_config "$CONFIG"
-    say "installed the default config"
+    DEVICE_NAME="${NAME_ARG:-$(cat /proc/sys/kernel/hostname 2>/dev/null || echo pi)}"
+    DEVICE_ID="$(new_device_id "$DEVICE_NAME")"
+    DEVICE_AREA="$AREA_ARG"
+    write_default_config "${VOICE_ARG:-$DEFAULT_VOICE}" default
+    say "installed the default config: device.id $DEVICE_ID, name $DEVICE_NAME${DEVICE_AREA:+, area $DEVICE_AREA}"
     CONFIG_IS_DEFAULT=1
 else
     mapfile -t current < <(read_config "$CONFIG")
-    # "Untouched": the default, except perhaps for the voice this installer set.
-    if default_config "$SRC/config.yaml" "${current[3]:-}" "${current[5]:-}" | cmp -s - "$CONFIG"; then
+    # "Untouched": the default, except perhaps for the voice, device and identity this installer set.
+    if default_config "$SRC/config.yaml" "${current[3]:-}" "${current[5]:-}" "${current[6]:-}" "${current[7]:-}" \
+        "${current[8]:-}" | cmp -s - "$CONFIG"; then
         CONFIG_IS_DEFAULT=1
         say "kept $CONFIG (the default settings)"
     else
         say "kept $CONFIG (edited by you)"
-        # this version's defaults, naming the voice being installed
-        default_config "$SRC/config.yaml" "${VOICE_ARG:-${current[3]:-$DEFAULT_VOICE}}" >"$CONFIG.new.tmp"
+        # this version's defaults, naming the voice being installed and this Pi's identity
+        default_config "$SRC/config.yaml" "${VOICE_ARG:-${current[3]:-$DEFAULT_VOICE}}" "" "${current[6]:-}" \
+            "${current[7]:-}" "${current[8]:-}" >"$CONFIG.new.tmp"
         if cmp -s "$CONFIG.new.tmp" "$CONFIG.new" 2>/dev/null; then
             rm -f "$CONFIG.new.tmp"
         else
@@ -347,13 +387,34 @@ fi
 own_config "$CONFIG"
 
 mapfile -t cfg < <(read_config "$CONFIG")
-[ ${#cfg[@]} -eq 6 ] || die "could not read $CONFIG (above); fix it and run me again"
+[ ${#cfg[@]} -eq 9 ] || die "could not read $CONFIG (above); fix it and run me again"
 MQTT_HOST="${cfg[0]}"
 MQTT_PORT="${cfg[1]}"
 TOPIC_PREFIX="${cfg[2]}"
 CONFIG_VOICE="${cfg[3]}"
 MODELS_DIR="$ROOT${cfg[4]}"
 CONFIG_DEVICE="${cfg[5]}"
+DEVICE_ID="${cfg[6]}"
+DEVICE_NAME="${cfg[7]}"
+DEVICE_AREA="${cfg[8]}"
+
+# --name and --area on an upgrade: the untouched config takes them, an edited one is pointed out
+if { [ -n "$NAME_ARG" ] && [ "$NAME_ARG" != "$DEVICE_NAME" ]; } ||
+    { [ -n "$AREA_ARG" ] && [ "$AREA_ARG" != "$DEVICE_AREA" ]; }; then
+    if [ "$CONFIG_IS_DEFAULT" = 1 ] && [ -n "$DEVICE_ID" ]; then
+        DEVICE_NAME="${NAME_ARG:-$DEVICE_NAME}"
+        DEVICE_AREA="${AREA_ARG:-$DEVICE_AREA}"
+        write_default_config "$CONFIG_VOICE" "$CONFIG_DEVICE"
+        say "set device.name: $DEVICE_NAME${DEVICE_AREA:+, device.area: $DEVICE_AREA} in $CONFIG"
+    else
+        warn "$CONFIG is yours: set device.name and device.area there to rename this Pi in Home Assistant"
+    fi
+fi
+if [ -z "$DEVICE_ID" ]; then
+    say "note: this Pi has no device.id (installed before there could be several): it keeps its Home Assistant"
+    say "      entities (notify.hayakoe_pi_say, ...); before adding a second Pi, give each its own device.id"
+    say "      (device section of $CONFIG.new, or: device: {id: kitchen, name: Kitchen})"
+fi
 
 VOICE="${VOICE_ARG:-$CONFIG_VOICE}"
 VOICE="${VOICE:-$DEFAULT_VOICE}"

@@ -145,10 +145,21 @@ def test_unit_sandbox_exposure_is_at_most_2():
 
 # --- install from a local models folder ---------------------------------------------------
 
+MACHINE_ID = "5f3c0a9e7d2b4c1e8f6a0b3d2c1e4f5a"
+
+
+def device_id(name_slug: str, machine_id: str = MACHINE_ID) -> str:
+    """What install.sh makes device.id of: the name, and 6 hex digits of the OS's machine id."""
+    return f"{name_slug}-{hashlib.sha256(f'hayakoe-pi {machine_id}'.encode()).hexdigest()[:6]}"
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     root = tmp_path_factory.mktemp("root")
-    p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--no-start")
+    (root / "etc").mkdir()
+    (root / "etc/machine-id").write_text(MACHINE_ID + "\n")
+    p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--name", "Kitchen Pi",
+                    "--area", "台所", "--no-start")
     return root, p
 
 
@@ -164,6 +175,7 @@ def test_install_lays_everything_out(installed):
     assert mode(config) == 0o640
     settings = yaml.safe_load(config.read_text())
     assert settings["voice"]["name"] == "tiny-voice"  # the untouched default took --voice
+    assert settings["device"] == {"id": device_id("kitchen-pi"), "name": "Kitchen Pi", "area": "台所"}
     assert not (root / "etc/hayakoe-pi/config.yaml.new").exists()
 
     models = root / "var/lib/hayakoe-pi/models"
@@ -211,6 +223,25 @@ def one_voice_models(tmp_path_factory):
     return folder
 
 
+def test_a_rerun_keeps_the_device_id_and_takes_a_new_name(installed):
+    root, _ = installed
+    config = root / "etc/hayakoe-pi/config.yaml"
+    (root / "etc/machine-id").write_text("another-os\n")  # never read again: the id is the first install's
+    try:
+        p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--name", "寝室",
+                        "--area", "Bedroom", "--no-start")
+        assert yaml.safe_load(config.read_text())["device"] == {"id": device_id("kitchen-pi"), "name": "寝室",
+                                                              "area": "Bedroom"}
+        assert "set device.name: 寝室" in p.stdout
+    finally:
+        (root / "etc/machine-id").write_text(MACHINE_ID + "\n")
+        run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--name", "Kitchen Pi",
+                    "--area", "台所", "--no-start")
+    assert yaml.safe_load(config.read_text())["device"]["name"] == "Kitchen Pi"
+    # every Pi's id differs: another OS, another id, whatever its name
+    assert device_id("kitchen-pi", "another-os") != device_id("kitchen-pi")
+
+
 def test_rerun_is_idempotent_and_keeps_user_edits(installed, one_voice_models):
     root, _ = installed
     config = root / "etc/hayakoe-pi/config.yaml"
@@ -233,7 +264,10 @@ def test_rerun_is_idempotent_and_keeps_user_edits(installed, one_voice_models):
     # this version's defaults, naming the installed voice
     default = (REPO / "config.yaml").read_text()
     assert "name: jvnv-F1-jp" in default
-    assert new.read_text() == default.replace("name: jvnv-F1-jp", "name: tiny-voice", 1) and mode(new) == 0o640
+    ours = default.replace("name: jvnv-F1-jp", "name: tiny-voice", 1).replace(
+        "  id: null", f"  id: {device_id('kitchen-pi')}", 1).replace(
+        "  name: null", '  name: "Kitchen Pi"', 1).replace("  area: null", '  area: "台所"', 1)
+    assert new.read_text() == ours and mode(new) == 0o640  # and this Pi's identity
     assert "config.yaml.new" in p.stdout
 
     # Another voice: installed, but an edited config is not changed, only pointed out.
@@ -242,6 +276,24 @@ def test_rerun_is_idempotent_and_keeps_user_edits(installed, one_voice_models):
     assert "set voice.name: tiny-voice-nodur" in p.stderr
     for rel in voice_files("tiny-voice-nodur", durations=False):
         assert filecmp.cmp(models / rel, FIXTURE_MODELS / rel, shallow=False), rel
+
+
+def test_an_install_from_before_device_id_keeps_its_ids(installed, one_voice_models):
+    """A config of the single-Pi version (client id hayakoe-pi, no device section) is the user's:
+    kept as it is, so Home Assistant keeps notify.hayakoe_pi_say and the rest; the upgrade says why."""
+    root, _ = installed
+    config = root / "etc/hayakoe-pi/config.yaml"
+    before = config.read_bytes()
+    old = re.sub(r"(?ms)^device:.*?\n\n", "", before.decode()).replace(
+        "  client_id: null", "  client_id: hayakoe-pi", 1)
+    assert "\ndevice:" not in old and "client_id: hayakoe-pi" in old
+    config.write_text(old)
+    try:
+        p = run_install(root, "--models-from", str(one_voice_models), "--no-start")
+        assert config.read_text() == old
+        assert "no device.id" in p.stdout and "notify.hayakoe_pi_say" in p.stdout
+    finally:
+        config.write_bytes(before)
 
 
 def test_a_config_the_service_would_refuse_stops_the_upgrade(installed, one_voice_models):
