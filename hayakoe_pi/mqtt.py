@@ -57,13 +57,14 @@ class BrokerLink:
     Two devices with one client id (an SD card cloned after the install) take
     the session from each other at every connect: the broker closes the older
     connection, which reconnects and closes the other's. Seen as connections
-    the broker keeps closing soon after accepting them, it is said once, and
-    both connections then wait CLASH_DELAY seconds (random, so the two devices
-    drift apart) before reconnecting, instead of fighting every second.
+    the broker keeps closing soon after accepting them while it is there all
+    along (the reconnect succeeds at once: not a broker restart), it is said
+    once, and both connections then wait CLASH_DELAY seconds (random, so the
+    two devices drift apart) before reconnecting, instead of fighting every second.
     """
 
-    QUICK_DROP_SECONDS = 15.0  # a connection closed this soon after it was accepted ...
-    QUICK_DROPS = 3            # ... this many times in a row: another device has our client id
+    QUICK_DROP_SECONDS = 5.0  # a connection closed this soon after it was accepted, the broker still up ...
+    QUICK_DROPS = 3           # ... this many times in a row: another device has our client id
     CLASH_DELAY = (30.0, 90.0)
     STABLE_SECONDS = 300.0     # a connection that lasted this long ends the suspicion
 
@@ -86,6 +87,8 @@ class BrokerLink:
         self._done: OrderedDict = OrderedDict()  # lately acknowledged, by the same key
         self.client_id = client_id
         self._connected_at = 0.0
+        self._dropped_after: float | None = None  # how long the last connection lived, until the next
+        self._broker_away = False  # a reconnect failed since that drop
         self._quick_drops = 0
         self.clash = False  # the broker keeps handing our session to another device
         self.client = self._make(client_id, self._connected, self._command)
@@ -147,6 +150,9 @@ class BrokerLink:
             return
         self.connected = True
         self._connected_at = time.monotonic()
+        if self._dropped_after is not None:
+            self._note_drop(self._dropped_after, self._broker_away)
+            self._dropped_after = None
         log.info("connected to MQTT broker %s (session %s)", self.where,
                  "resumed" if flags.session_present else "new")
         # a session of an older version took say/prepare and the settings without a device here
@@ -177,13 +183,14 @@ class BrokerLink:
         if client is self.client:
             if self.connected and not self._stopping:
                 log.warning("disconnected from MQTT broker %s (%s); reconnecting", self.where, reason_code)
-                self._note_drop(time.monotonic() - self._connected_at)
+                self._dropped_after, self._broker_away = time.monotonic() - self._connected_at, False
             self.connected = False
 
-    def _note_drop(self, lived: float) -> None:
-        """Count connections the broker closed soon after accepting them; at QUICK_DROPS in a row,
-        say that another device has this client id (once) and reconnect slowly."""
-        if lived >= self.STABLE_SECONDS or (not self.clash and lived >= self.QUICK_DROP_SECONDS):
+    def _note_drop(self, lived: float, broker_away: bool) -> None:
+        """At a reconnect: count connections the broker closed soon after accepting them while it
+        stayed up; at QUICK_DROPS in a row, say that another device has this client id (once) and
+        reconnect slowly."""
+        if broker_away or lived >= self.STABLE_SECONDS or (not self.clash and lived >= self.QUICK_DROP_SECONDS):
             self._quick_drops = 0
             if self.clash:
                 self.clash = False
@@ -207,6 +214,7 @@ class BrokerLink:
 
     def _connect_failed(self, client, userdata) -> None:
         if client is self.client:
+            self._broker_away = True
             log.warning("cannot reach MQTT broker %s; retrying (is it running? check mqtt.host/port)",
                         self.where)
 

@@ -222,7 +222,7 @@ def test_repeated_id_is_ignored(app):
     app.probe.publish("say", {"text": short_text(41), "id": "d-2"})
     app.probe.next_event(event="finished", id="d-2")
     s.check(["d-1", "d-2"])
-    assert "ignoring message id d-1: already received" in app.daemon.output()
+    assert "ignoring message id 'd-1': already received" in app.daemon.output()
 
 
 def test_retained_say_is_not_spoken_again_on_reconnect(app):

@@ -73,12 +73,14 @@ def test_connections_closed_right_after_connecting_are_said_once_and_slow_the_re
     delays = []
     link._set_reconnect_delay = lambda low, high: delays.append((low, high))
     for lived in (40.0, 2.0, 1.0):  # a long one, then two quick drops: a flaky network, not yet a clash
-        link._note_drop(lived)
+        link._note_drop(lived, broker_away=False)
+    link._note_drop(1.0, broker_away=True)  # the broker was gone meanwhile: a restart, not a clash
     assert not link.clash and delays == []
-    link._note_drop(3.0)
-    link._note_drop(35.0)  # while clashing, the backed-off connections last longer: still a clash
+    for lived in (1.0, 2.0, 1.5):
+        link._note_drop(lived, broker_away=False)
+    link._note_drop(35.0, broker_away=False)  # backed off, connections last longer: still a clash
     assert link.clash and delays == [BrokerLink.CLASH_DELAY]
     clash_lines = [r.message for r in caplog.records if "another device" in r.message]
     assert len(clash_lines) == 1 and "hayakoe-pi-pi" in clash_lines[0] and "device.id" in clash_lines[0]
-    link._note_drop(BrokerLink.STABLE_SECONDS + 1)  # the other device is gone: back to quick reconnects
+    link._note_drop(BrokerLink.STABLE_SECONDS + 1, broker_away=False)  # the other device is gone
     assert not link.clash and delays[-1] == (1, 60)
