@@ -64,7 +64,6 @@ def test_300_junk_payloads_are_each_answered_and_a_valid_one_is_still_spoken(app
     sent = [JUNK[i % len(JUNK)] for i in range(300)]
     for payload in sent:
         app.probe.publish("say", payload)
-    # a readable sentence and one of emoji: the second is passed over, quietly
     app.probe.publish("say", {"text": "正しいお知らせです。🎉🎉！", "id": "valid"})
     app.probe.next_event(event="finished", id="valid", timeout=60)
     errors = events(app.probe, "error")
