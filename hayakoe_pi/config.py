@@ -135,6 +135,8 @@ class WyomingConfig:
     host: str = "0.0.0.0"
     port: int = setting(10200, 1, 65535)
     zeroconf: bool = True
+    max_syntheses: int = setting(2, 1, 16)
+    write_timeout_s: float = setting(30.0, 1.0, 600.0)
 
 
 @dataclass(frozen=True)
