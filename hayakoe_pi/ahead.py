@@ -219,6 +219,11 @@ class SynthesisAhead:
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
+    @property
+    def synthesizing(self) -> bool:
+        """Its thread still works (or waits for its listener to catch up)."""
+        return self._thread.is_alive()
+
 
 def synthesize_ahead(engine, text: str, voice: str | None = None, progress=None,
                      **settings) -> SynthesisAhead:

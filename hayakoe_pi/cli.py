@@ -217,7 +217,7 @@ def _use_dictionary(config: Config, entries=None) -> None:
     from .text.dictionary import UserDictionary, activate
 
     if entries is None:
-        words = UserDictionary(Path(config.dictionary.file))
+        words = UserDictionary(Path(config.dictionary.file), config.dictionary.max_entries)
         for problem in words.load():
             print(f"warning: {problem}", file=sys.stderr)
         entries = list(words.entries.values())
@@ -230,7 +230,7 @@ def _dict(args: argparse.Namespace) -> int:
     from .text.dictionary import UserDictionary
 
     config = _load_config(args)
-    words = UserDictionary(Path(config.dictionary.file))
+    words = UserDictionary(Path(config.dictionary.file), config.dictionary.max_entries)
     for problem in words.load():
         print(f"warning: {problem}", file=sys.stderr)
     reload_hint = "the service uses it after: sudo systemctl reload hayakoe-pi"

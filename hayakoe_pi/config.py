@@ -125,6 +125,8 @@ class CacheConfig:
 class QueueConfig:
     max_length: int = setting(20, 1, 10000)
     max_text_chars: int = setting(1000, 1, 100000)
+    duplicate_window_s: float = setting(600.0, 0.0, 86400.0)
+    max_age_s: float = setting(900.0, 1.0, 7 * 86400.0)
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,8 @@ class WyomingConfig:
     host: str = "0.0.0.0"
     port: int = setting(10200, 1, 65535)
     zeroconf: bool = True
+    max_syntheses: int = setting(2, 1, 16)
+    write_timeout_s: float = setting(30.0, 1.0, 600.0)
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,7 @@ class StateConfig:
 @dataclass(frozen=True)
 class DictionaryConfig:
     file: str = "/var/lib/hayakoe-pi/dictionary.yaml"
+    max_entries: int = setting(5000, 1, 100000)
 
 
 @dataclass(frozen=True)

@@ -14,34 +14,34 @@ Threads (ARCHITECTURE.md has them all):
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import signal
 import threading
 import time
-from collections import OrderedDict, deque
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
 from pathlib import Path
 
 from . import sdnotify
+from .admission import Admission
 from .ahead import SynthesisAhead
 from .audio import AudioError, Player, check_device, rescan_devices
 from .cache import PhraseCache
+from .commands import Commands
 from .config import Config
 from .engine import TextError
 from .models import ModelStore
 from .mqtt import BrokerLink
-from .mqtt_api import PayloadError, SayRequest, event, parse_say, parse_volume, parse_word
+from .mqtt_api import PayloadError, SayRequest, event, parse_say
+from .receipts import Receipts
 from .reports import Reports
-from .speaking import SpeakingRecord
+from .speaking import SpeakingRecord, died_speaking
 from .speech import SavedSelection, SpeechError, SpeechService
 from .topics import SELECTION, Topics
 from .text.dictionary import UserDictionary
 
 log = logging.getLogger("hayakoe_pi")
 
-REMEMBERED_IDS = 1000  # ids seen recently, to drop messages the broker delivers twice
 AUDIO_ATTEMPTS = 3
 
 
@@ -63,14 +63,13 @@ class Daemon:
         self.config = config
         models_dir = Path(config.models.dir).expanduser()
         self.store = store or ModelStore(models_dir, derived_dir=config.cache.models_dir)
-        voice_cfg = config.voice
-        selection = SavedSelection(Path(config.state.file), config.audio.volume,
-                                   voice_cfg.name, voice_cfg.style)
+        voice_cfg, state = config.voice, Path(config.state.file)
+        selection = SavedSelection(state, config.audio.volume, voice_cfg.name, voice_cfg.style)
+        words = UserDictionary(Path(config.dictionary.file), config.dictionary.max_entries)
         self.speech = SpeechService(self.store, PhraseCache(config.cache.dir, config.cache.max_mb),
                                     selection, voice_cfg.name, voice_cfg.style, voice_cfg.speed,
-                                    voice_cfg.style_weight, config.queue.max_text_chars,
-                                    UserDictionary(Path(config.dictionary.file)), config.cache.dictionary_dir)
-        self._reload_dictionary(announce=False)
+                                    voice_cfg.style_weight, config.queue.max_text_chars, words,
+                                    config.cache.dictionary_dir)
         self.player = Player(config.audio.device)
         self.identity = config.identity()
         mqtt = config.mqtt
@@ -78,19 +77,23 @@ class Daemon:
         self.link = BrokerLink(mqtt, self.identity.client_id, self.topics, self.on_command, self.on_request,
                                self._on_connected)
         self.reports = Reports(self.link, self.topics, self.identity, self.speech)
-        # the request being spoken, on disk: after a crash the next start tells Home Assistant
-        self.speaking_record = SpeakingRecord(Path(config.state.file).with_name("speaking.json"))
+        self.commands = Commands(self.speech, self.reports)
+        self.commands.reload_dictionary(announce=False)
+        # the request being spoken, on disk: after a crash the next start tells Home Assistant,
+        # and a message that keeps killing the daemon is found out
+        self.speaking_record = SpeakingRecord(state.with_name("speaking.json"))
         self.interrupted = self.speaking_record.take()
+        deaths = dict([died_speaking(self.interrupted)]) if self.interrupted else {}
+        self.admission = Admission(config.queue.duplicate_window_s, config.queue.max_age_s,
+                                   Receipts(state.with_name("received.json")), deaths)
 
         self.queue: deque[SayRequest] = deque()
         self.cond = threading.Condition()
         self.cut = threading.Event()  # stop the utterance being played
         self.shutting_down = threading.Event()
-        self.recent_ids: OrderedDict[str, None] = OrderedDict()
         self.progress = time.monotonic()  # last sign of life from the worker
         self.busy = False
         self.speaking: SynthesisAhead | None = None  # the utterance in progress
-        self.control = ThreadPoolExecutor(max_workers=1, thread_name_prefix="control")
         self.worker = threading.Thread(target=self._work, name="speaker", daemon=True)
         self.wyoming = None  # the Wyoming server for Home Assistant Assist, when enabled
         if config.wyoming.enabled:
@@ -114,9 +117,10 @@ class Daemon:
         with self.cond:
             self.cond.notify_all()
         self.worker.join(timeout=1.5)
+        self.speaking_record.mark_clean()  # what it was speaking (if anything) did not kill it
         if self.speaking is not None:  # let the decoder window in progress end
             self.speaking.join(timeout=2.0)
-        self.control.shutdown(wait=False, cancel_futures=True)
+        self.commands.stop()
         if self.wyoming is not None:
             self.wyoming.stop(timeout=2.0)
         self.link.stop()
@@ -127,7 +131,7 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         # after a hand edit of the dictionary file (systemctl reload)
-        signal.signal(signal.SIGHUP, lambda *_: self.control.submit(self._reload_dictionary))
+        signal.signal(signal.SIGHUP, lambda *_: self.commands.submit(self.commands.reload_dictionary))
         self.start()
         sdnotify.notify("READY=1", f"STATUS=voice {self.speech.current_voice()}, waiting for {self.topics.say}")
         interval = sdnotify.watchdog_interval()
@@ -153,14 +157,14 @@ class Daemon:
         if topic in (t.stop, t.room_stop):
             self.stop_all()
         elif topic in (t.dictionary_add, t.dictionary_remove):
-            self.control.submit(self._change_dictionary, topic == t.dictionary_add, payload)
+            self.commands.submit(self.commands.change_dictionary, topic == t.dictionary_add, payload)
         elif topic == t.ha_status:
             if payload.strip() == b"online":  # Home Assistant restarted: announce again
                 self.reports.discovery()
         else:
             for name in SELECTION:
                 if topic == t.setting_set(name):
-                    self.control.submit(self._change_selection, name, payload)
+                    self.commands.submit(self.commands.change_selection, name, payload)
 
     def on_request(self, topic: str, payload: bytes, ack=None) -> None:
         """A say or prepare message; `ack()` once it has its last event (the broker keeps it until then)."""
@@ -170,22 +174,28 @@ class Daemon:
         try:
             request = parse_say(payload, self.speech, play)
         except PayloadError as e:
-            self.reports.error(str(e), e.request_id, e.text)
+            self.reports.error(str(e), e.request_id, e.text, e.code)
             ack()
             return None
         request.ack = ack
-        if request.id in self.recent_ids:
-            # answered, so an automation waiting for this id hears why nothing more comes
-            log.info("ignoring message id %r: already received", request.id)
-            self._final("duplicate", request)
-            return None
-        self.recent_ids[request.id] = None
-        while len(self.recent_ids) > REMEMBERED_IDS:
-            self.recent_ids.popitem(last=False)
         with self.cond:
             limit = self.config.queue.max_length
-            if len(self.queue) >= limit and not request.interrupt:
-                self._final_error(f"queue full ({limit} waiting); try again later", request)
+            if len(self.queue) >= limit:  # interrupt too: nothing queued is ever dropped for a newcomer
+                self.reports.error(f"queue full ({limit} waiting); try again later", request.id, request.text,
+                                   "queue_full")
+                ack()
+                return None
+            refusal = self.admission.refusal(request)
+            if refusal == "duplicate":
+                # answered, so an automation waiting for this id hears why nothing more comes
+                log.info("ignoring message id %r: already received", request.id)
+                self._event("duplicate", request)
+                ack()
+                return None
+            if refusal == "poison":
+                log.error("not speaking %r again: the daemon died while speaking it twice", request.id)
+                self._final_error("not spoken: the daemon died twice while speaking this message", request,
+                                  "poison", admitted=False)
                 return None
             self._event("queued", request)
             if request.interrupt:
@@ -202,50 +212,8 @@ class Daemon:
             self.queue.clear()
             self.cut.set()
         for request in cancelled:
-            self._final_error("cancelled: stop requested", request)
+            self._final_error("cancelled: stop requested", request, "cancelled")
         log.info("stop: cut the current utterance, %d queued cancelled", len(cancelled))
-
-    # --- voice, style, volume (control thread) -------------------------------------------------------
-
-    def _change_selection(self, name: str, payload: bytes) -> None:
-        try:
-            if name == "volume":
-                self.speech.set_volume(parse_volume(payload))
-            else:
-                value = payload.decode("utf-8", errors="replace").strip()
-                (self.speech.set_voice if name == "voice" else self.speech.set_style)(value)
-        except ValueError as e:  # SpeechError too
-            self.reports.error(f"{name} not changed: {e}")
-        else:
-            log.info("%s set to %s", name, self.speech.shown(name))
-            if name == "voice":
-                self.reports.discovery()  # the style list follows the voice
-        self.reports.selection()  # on refusal too, so Home Assistant shows the real value
-
-    # --- the user dictionary (control thread) --------------------------------------------
-
-    def _change_dictionary(self, adding: bool, payload: bytes) -> None:
-        try:
-            data = parse_word(payload, adding)
-            entry = self.speech.add_word(data) if adding else self.speech.remove_word(data.get("surface"))
-        except (ValueError, RuntimeError, OSError) as e:
-            self.reports.error(f"dictionary not changed: {e}")
-            return
-        log.info("dictionary: %s %s (%s, accent %d)", "added" if adding else "removed", entry.surface,
-                 entry.reading, entry.accent)
-        self.reports.event({"event": "dictionary", "action": "added" if adding else "removed",
-                            **dataclasses.asdict(entry)})
-
-    def _reload_dictionary(self, announce: bool = True) -> None:
-        try:
-            problems = self.speech.reload_dictionary()
-        except (RuntimeError, OSError) as e:
-            log.error("the user dictionary cannot be used (%s); speaking without it", e)
-            problems = [str(e)]
-        words = len(self.speech.dictionary.entries)
-        log.info("dictionary: %d words from %s", words, self.speech.dictionary.path)
-        if announce:
-            self.reports.event({"event": "dictionary", "action": "reloaded", "words": words, "problems": problems})
 
     # --- speaking (worker thread) --------------------------------------------------------
 
@@ -261,12 +229,17 @@ class Daemon:
                 request = self.queue.popleft()
                 self.cut.clear()
                 self.busy, self.progress = True, time.monotonic()
-            self.speaking_record.write(request)
+            too_old = self.admission.age_over_limit(request)
+            if too_old:
+                log.info("not speaking %r: %.0f s old (limit %.0f s)", request.id, *too_old)
+                self._final("expired", request, age_s=round(too_old[0], 1), max_age_s=too_old[1])
+                continue
+            self.speaking_record.write(request, self.admission.deaths.get(request.digest, 0))
             try:
                 self._speak(request)
             except Exception as e:  # a bug must not end the worker
-                log.exception("failed on %s", request.id)
-                self._final_error(f"internal error: {type(e).__name__}: {e}", request)
+                log.exception("failed on %r", request.id)
+                self._final_error(f"internal error: {type(e).__name__}: {e}", request, "internal")
             finally:
                 if not self.shutting_down.is_set():
                     self.speaking_record.clear()
@@ -279,7 +252,7 @@ class Daemon:
         try:
             choice = self.speech.choose(request.voice, request.style)
         except SpeechError as e:
-            self._final_error(str(e), request)
+            self._final_error(str(e), request, e.code.replace("-", "_"))
             return
         utterance = self.speech.utterance(request.text, choice, request.speed, progress=self._note_progress)
         if request.play:
@@ -295,13 +268,13 @@ class Daemon:
             else:
                 completed = self._synthesize_only(ahead)
         except (TextError, ValueError) as e:
-            self._final_error(f"cannot speak this text: {e}", request)
+            self._final_error(f"cannot speak this text: {e}", request, "cannot_speak")
             return
         finally:
             utterance.close(bool(completed))
         if not completed and self.shutting_down.is_set():
             # not acknowledged: the broker hands it to the next start, which speaks it from the start
-            log.info("%s cut by the shutdown; it is spoken again after the restart", request.id)
+            log.info("%r cut by the shutdown; it is spoken again after the restart", request.id)
             return
         if completed is None:
             return  # audio failed for good; the error was published
@@ -311,7 +284,7 @@ class Daemon:
             extra["underruns"] = self.player.underruns
         if not completed:
             extra["interrupted"] = True
-        log.info("%s %s: %.1f s of audio%s", "spoke" if request.play else "prepared", request.id, seconds,
+        log.info("%s %r: %.1f s of audio%s", "spoke" if request.play else "prepared", request.id, seconds,
                  f", {self.player.underruns} underruns" if request.play else "")
         self._final("finished", request, **extra)
 
@@ -349,9 +322,9 @@ class Daemon:
             except AudioError as e:
                 wait = self.config.audio.retry_seconds
                 if attempt == AUDIO_ATTEMPTS:
-                    self._final_error(str(e), request)
+                    self._final_error(str(e), request, "audio")
                     return None
-                self.reports.error(f"{e}; retrying in {wait:g} s", request.id, request.text)
+                self.reports.error(f"{e}; retrying in {wait:g} s", request.id, request.text, "audio")
                 if self.cut.wait(wait):
                     return None
         return None
@@ -371,10 +344,12 @@ class Daemon:
     def _final(self, kind: str, request: SayRequest, **extra) -> None:
         """The request's last event: now the broker may forget the message."""
         self._event(kind, request, **extra)
+        self.admission.answered(request)
         request.ack()
 
-    def _final_error(self, reason: str, request: SayRequest) -> None:
-        self.reports.error(reason, request.id, request.text)
+    def _final_error(self, reason: str, request: SayRequest, code: str, admitted: bool = True) -> None:
+        self.reports.error(reason, request.id, request.text, code)
+        self.admission.answered(request, admitted)
         request.ack()
 
 

@@ -23,6 +23,19 @@ from .topics import Topics
 log = logging.getLogger("hayakoe_pi.mqtt")
 
 
+def _never_raises(callback):
+    """For a paho callback: an exception there would end up in paho's network thread and leave
+    the link alive but deaf (seen: a bad value in the state file at connect); logged instead."""
+    @functools.wraps(callback)
+    def guarded(self, *args):
+        try:
+            return callback(self, *args)
+        except Exception:
+            log.exception("error in the MQTT callback %s", callback.__name__)
+
+    return guarded
+
+
 def _client(mqtt_config: MqttConfig, client_id: str, clean_session: bool,
             manual_ack: bool = False) -> paho.Client:
     """A client with the configured credentials and TLS."""
@@ -145,6 +158,7 @@ class BrokerLink:
             log.error("MQTT broker %s refused the connection (%s)%s; retrying", self.where, reason_code, hint)
         return True
 
+    @_never_raises
     def _connected(self, client, userdata, flags, reason_code, properties) -> None:
         if self._refused(client, reason_code):
             return
@@ -167,10 +181,12 @@ class BrokerLink:
         if announce:
             self._on_connected()
 
+    @_never_raises
     def _intake_connected(self, client, userdata, flags, reason_code, properties) -> None:
         if not self._refused(client, reason_code):
             client.subscribe([(t, 1) for t in self.topics.requests()])
 
+    @_never_raises
     def _intake_subscribed(self, client, userdata, mid, reason_codes, properties) -> None:
         # `online` only once requests can be received: a say sent on seeing it is not missed
         with self._lock:
@@ -179,6 +195,7 @@ class BrokerLink:
         if first and announce:
             self._on_connected()
 
+    @_never_raises
     def _disconnected(self, client, userdata, flags, reason_code, properties) -> None:
         if client is self.client:
             if self.connected and not self._stopping:
@@ -212,6 +229,7 @@ class BrokerLink:
         for c in (self.client, self.intake):
             c.reconnect_delay_set(min_delay=delay, max_delay=max(60, delay))
 
+    @_never_raises
     def _connect_failed(self, client, userdata) -> None:
         if client is self.client:
             self._broker_away = True

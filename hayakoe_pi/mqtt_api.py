@@ -1,13 +1,14 @@
 """The MQTT API: payloads turned into typed requests, and the events that answer them.
 
     hayakoe/[<device>/]say, /prepare   plain text, or JSON {"text", "voice", "style", "speed",
-                                       "volume", "id", "interrupt", "at"}  -> SayRequest
+                                       "volume", "id", "interrupt", "at", "max_age", "sent"}  -> SayRequest
     hayakoe/<device>/<setting>/set     volume 0-100, a voice, a style  -> the value
     hayakoe/<device>/event             {"event": ..., "id", "text", ...}  <- event(), error_event()
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -19,20 +20,29 @@ from dataclasses import dataclass, field
 from .engine import SPEED_RANGE
 from .speech import SpeechError, SpeechService, check_number
 
-REQUEST_FIELDS = ("text", "voice", "style", "speed", "volume", "id", "interrupt", "at")
+REQUEST_FIELDS = ("text", "voice", "style", "speed", "volume", "id", "interrupt", "at", "max_age", "sent")
 EVENT_TEXT_CHARS = 200  # events quote at most this much of the text
 MAX_ID_CHARS = 128
 # "at" (Unix time) further ahead than this is refused: a room waiting for it holds its queue
 AT_MAX_AHEAD_SECONDS = 60.0
+MAX_AGE_RANGE = (1.0, 7 * 86400.0)  # "max_age", seconds
+PAYLOAD_OVERHEAD_BYTES = 4096  # JSON fields around the text
+
+
+def max_payload_bytes(max_text_chars: int) -> int:
+    """The largest payload read at all (checked before decoding): the text at 4 bytes a character."""
+    return 4 * max_text_chars + PAYLOAD_OVERHEAD_BYTES
 
 
 class PayloadError(ValueError):
-    """A payload that cannot become a request: answered with an error event."""
+    """A payload that cannot become a request: answered with an error event (with `code`)."""
 
-    def __init__(self, reason: str, request_id: str | None = None, text: str | None = None):
+    def __init__(self, reason: str, request_id: str | None = None, text: str | None = None,
+                 code: str = "bad_payload"):
         super().__init__(reason)
         self.request_id = request_id
         self.text = text
+        self.code = code
 
 
 @dataclass
@@ -45,6 +55,10 @@ class SayRequest:
     volume: float | None = None  # 0..1
     interrupt: bool = False
     at: float | None = None  # Unix time to start the sound at (rooms in step); None: as soon as it can
+    max_age: float | None = None  # seconds; None: queue.max_age_s
+    sent: float | None = None  # Unix time the sender sent it, when it says so
+    received: float = 0.0  # Unix time this Pi first received it (kept across restarts)
+    digest: str = ""  # of the payload: the same message when the broker hands it over again
     play: bool = True  # False: only synthesize into the cache (prepare)
     # called once the request has its last event: the broker may then forget the message
     ack: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
@@ -60,8 +74,19 @@ def _new_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+def payload_digest(payload: bytes) -> str:
+    return hashlib.sha256(payload).hexdigest()[:24]
+
+
+def _code(e: SpeechError) -> str:
+    return e.code.replace("-", "_")  # MQTT's codes are snake_case; Wyoming keeps its own
+
+
 def parse_say(payload: bytes, service: SpeechService, play: bool = True) -> SayRequest:
     """A `say` (or `prepare`) payload as a checked request, or PayloadError."""
+    limit = max_payload_bytes(service.max_text_chars)
+    if len(payload) > limit:  # before decoding: a huge payload is never copied into text
+        raise PayloadError(f"payload too large ({len(payload)} bytes, limit {limit})", code="too_large")
     try:
         raw = payload.decode("utf-8")
     except UnicodeDecodeError:
@@ -71,10 +96,11 @@ def parse_say(payload: bytes, service: SpeechService, play: bool = True) -> SayR
     else:  # plain text, also when it starts with a brace: {笑}ただいま
         request = SayRequest(id=_new_id(), text=raw)
     request.play = play
+    request.digest = payload_digest(payload)
     try:
         request.text = service.check_text(request.text)
     except SpeechError as e:
-        raise PayloadError(str(e), request.id, request.text) from None
+        raise PayloadError(str(e), request.id, request.text, _code(e)) from None
     return request
 
 
@@ -91,6 +117,8 @@ def _parse_json(raw: str, service: SpeechService) -> SayRequest:
     if rid is not None and (isinstance(rid, bool) or not isinstance(rid, (str, int))
                             or not 0 < len(str(rid)) <= MAX_ID_CHARS):
         raise PayloadError(f"id must be a string or integer of at most {MAX_ID_CHARS} characters")
+    if isinstance(rid, str) and any(ord(c) < 32 or 127 <= ord(c) < 160 for c in rid):
+        raise PayloadError("id must not contain control characters")
     rid = str(rid) if rid is not None else _new_id()
     text = data.get("text")
     quoted = text if isinstance(text, str) else None
@@ -116,7 +144,13 @@ def _parse_json(raw: str, service: SpeechService) -> SayRequest:
             request.interrupt = data["interrupt"]
         if data.get("at") is not None:
             request.at = parse_at(data["at"])
-    except ValueError as e:  # SpeechError too
+        if data.get("max_age") is not None:
+            request.max_age = check_number(data["max_age"], "max_age (seconds)", *MAX_AGE_RANGE)
+        if data.get("sent") is not None:
+            request.sent = check_number(data["sent"], "sent (a Unix time in seconds)", 0, math.inf)
+    except SpeechError as e:
+        raise PayloadError(str(e), rid, quoted, _code(e)) from None
+    except ValueError as e:
         raise PayloadError(str(e), rid, quoted) from None
     return request
 
@@ -172,6 +206,8 @@ def event(kind: str, request: SayRequest, **extra) -> dict:
     return payload
 
 
-def error_event(reason: str, request_id: str | None = None, text: str | None = None) -> dict:
+def error_event(reason: str, request_id: str | None = None, text: str | None = None, code: str = "") -> dict:
+    """An error; `code` names the kind (bad_payload, nothing_to_speak, queue_full, poison, ...)."""
     return {"event": "error", "id": request_id,
-            "text": text[:EVENT_TEXT_CHARS] if isinstance(text, str) else None, "error": reason}
+            "text": text[:EVENT_TEXT_CHARS] if isinstance(text, str) else None, "error": reason,
+            **({"code": code} if code else {})}

@@ -25,9 +25,9 @@ class Reports:
         listen to several (hayakoe/+/event)."""
         self.link.publish(self.topics.event, {"event": payload["event"], "device": self.identity.id, **payload})
 
-    def error(self, reason: str, request_id: str | None = None, text: str | None = None) -> None:
+    def error(self, reason: str, request_id: str | None = None, text: str | None = None, code: str = "") -> None:
         log.warning("error%s: %s", f" ({request_id!r})" if request_id else "", reason)
-        self.event(error_event(reason, request_id, text))
+        self.event(error_event(reason, request_id, text, code))
 
     def online(self, busy: bool) -> None:
         """Everything retained, (again) on each connect: status, state, settings and the device."""

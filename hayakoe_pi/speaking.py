@@ -1,14 +1,22 @@
-"""speaking.json: the request being spoken, on disk, so the next start knows what a crash cut."""
+"""speaking.json: the request being spoken, on disk, so the next start knows what a crash cut.
+
+It also counts the runs that died while speaking the same message (by its
+digest): one that killed the daemon POISON_DEATHS times is not spoken again.
+A shutdown (SIGTERM) marks the record clean: that is no death.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 from .mqtt_api import EVENT_TEXT_CHARS, SayRequest
 
 log = logging.getLogger("hayakoe_pi")
+
+POISON_DEATHS = 2
 
 
 class SpeakingRecord:
@@ -17,11 +25,27 @@ class SpeakingRecord:
     def __init__(self, path: Path):
         self.path = path
 
-    def write(self, request: SayRequest) -> None:
+    def write(self, request: SayRequest, deaths: int = 0) -> None:
+        """`deaths`: the earlier runs that died speaking this same message."""
+        self._save({"id": request.id, "text": request.text[:EVENT_TEXT_CHARS], "prepare": not request.play,
+                    "digest": request.digest, "deaths": deaths})
+
+    def mark_clean(self) -> None:
+        """The run is shutting down on purpose: what it was speaking did not kill it."""
+        try:
+            data = json.loads(self.path.read_text("utf-8"))
+        except (OSError, ValueError):
+            return
+        self._save({**data, "clean": True})
+
+    def _save(self, data: dict) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self.path.write_text(json.dumps({"id": request.id, "text": request.text[:EVENT_TEXT_CHARS],
-                                             "prepare": not request.play}, ensure_ascii=False))
+            # flushed to disk: a power cut right after must still find it
+            with open(self.path, "w", encoding="utf-8") as f:
+                f.write(json.dumps(data, ensure_ascii=False))
+                f.flush()
+                os.fsync(f.fileno())
         except OSError as e:
             log.debug("cannot write %s: %s", self.path, e)
 
@@ -40,3 +64,11 @@ class SpeakingRecord:
             self.path.unlink(missing_ok=True)
             return None
         return data if isinstance(data, dict) and isinstance(data.get("id"), str) else None
+
+
+def died_speaking(record: dict) -> tuple[str, int]:
+    """(digest, how many runs died speaking it) for a record SpeakingRecord.take() gave."""
+    deaths = record.get("deaths", 0)
+    deaths = deaths if isinstance(deaths, int) and not isinstance(deaths, bool) else 0
+    digest = record.get("digest")
+    return (digest if isinstance(digest, str) else ""), deaths + (0 if record.get("clean") else 1)

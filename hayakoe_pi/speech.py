@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import threading
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from .cache import PhraseCache, cache_key, voice_fingerprint
 from .config import voice_styles
 from .engine import Engine, pause_samples
 from .models import ModelError, ModelStore
-from .text.dictionary import Entry, UserDictionary, active_words, prepare, use
+from .text.dictionary import Entry, UserDictionary, active_words, function_word, prepare, use
 from .weights import durable_replace
 
 log = logging.getLogger("hayakoe_pi")
@@ -50,6 +51,12 @@ def _has_control_characters(text: str) -> bool:
     return any(ord(c) < 32 and c not in "\t\n\r" for c in text)
 
 
+def readable(text: str) -> bool:
+    """Has a letter or a digit of any script (what the front end can read), not only
+    emoji, symbols, punctuation or long-vowel marks: judged without OpenJTalk, at the door."""
+    return any(unicodedata.category(c)[0] in "LN" and c != "ー" for c in unicodedata.normalize("NFKC", text))
+
+
 def first_style(styles: list[str], preferred: str) -> str:
     """The style to use when the one asked for is not a style of the voice."""
     for style in (preferred, "Neutral"):
@@ -71,14 +78,28 @@ class SavedSelection:
         self.volume, self.voice, self.style = volume, voice, style
         try:
             saved = json.loads(path.read_text("utf-8"))
-            self.volume = float(saved.get("volume", volume))
-            self.voice = str(saved.get("voice", voice))
-            self.style = str(saved.get("style", style))
+            if not isinstance(saved, dict):
+                raise ValueError("not a JSON object")
         except FileNotFoundError:
-            pass
-        except (OSError, ValueError, TypeError, AttributeError) as e:
+            return
+        except (OSError, ValueError) as e:
             log.warning("state file %s cannot be read (%s); starting with the defaults", path, e)
-            self.volume, self.voice, self.style = volume, voice, style
+            self.save()
+            return
+        bad = []
+        given = saved.get("volume", volume)
+        if isinstance(given, (int, float)) and not isinstance(given, bool) and 0.0 <= given <= 1.0:
+            self.volume = float(given)  # NaN and inf fail the range too
+        else:
+            bad.append(f"volume {given!r}")
+        for name in ("voice", "style"):
+            given = saved.get(name, getattr(self, name))
+            if isinstance(given, str) and given and not _has_control_characters(given):
+                setattr(self, name, given)
+            else:
+                bad.append(f"{name} {given!r}")
+        if bad:
+            log.warning("state file %s: %s replaced with the defaults", path, ", ".join(bad))
             self.save()
 
     def save(self) -> None:
@@ -136,10 +157,13 @@ class SpeechService:
         self.default_style, self.speed, self.style_weight = style, speed, style_weight
         self.max_text_chars = max_text_chars
         self.lock = threading.Lock()  # the selection: read by every request, changed by commands
+        self.dictionary_lock = threading.Lock()  # one change of the words at a time; speech never waits for it
         if selection.voice not in store.voices():
             log.warning("saved voice %r is not installed; using %s", selection.voice, voice)
             selection.voice, selection.style = voice, style
         self.engine = Engine(store.dir, voice=selection.voice, store=store)
+        if dictionary is not None:  # OpenJTalk is asked between two engine steps
+            dictionary.is_function_word = self._function_word
         styles = self.styles(selection.voice)
         if selection.style not in styles:
             selection.style = first_style(styles, style)
@@ -152,6 +176,8 @@ class SpeechService:
         text = text.strip()
         if not text:
             raise SpeechError("empty text: nothing to speak", "empty-text")
+        if not readable(text):
+            raise SpeechError("nothing to speak: no letter, kana, kanji or digit in the text", "nothing-to-speak")
         return text
 
     def check_part(self, text, chars_before: int) -> None:
@@ -254,29 +280,41 @@ class SpeechService:
 
     # --- the user dictionary ---------------------------------------------------------------
 
+    # Compiling and saving run beside speech (the selection's lock is not held): only the swap
+    # waits for the engine, between two of its steps.
+
     def reload_dictionary(self) -> list[str]:
         """Read the dictionary file and use it; returns the problems found (each also logged)."""
-        with self.lock:
+        with self.dictionary_lock:
             problems = self.dictionary.load()
             for problem in problems:
                 log.warning("%s", problem)
-            self._use_words(list(self.dictionary.entries.values()))
+            self._use_words(list(self.dictionary.entries.values()))()
         return problems
 
     def add_word(self, data) -> Entry:
         """Add (or replace) an entry: used from the next utterance on, and saved."""
-        with self.lock:
+        with self.dictionary_lock:
             return self.dictionary.add(data, use=self._use_words)
 
     def remove_word(self, surface) -> Entry:
-        with self.lock:
+        with self.dictionary_lock:
             return self.dictionary.remove(surface, use=self._use_words)
 
-    def _use_words(self, entries: list[Entry]) -> None:
-        ready = prepare(entries, self.dictionary_build_dir)  # compiling takes a second: speech goes on
-        # swapped between two engine steps: an utterance is read with one dictionary, never half of each
+    def _use_words(self, entries: list[Entry]):
+        """Compile `entries` (a second or more: speech goes on); returns the swap."""
+        ready = prepare(entries, self.dictionary_build_dir)
+
+        def swap() -> None:
+            # between two engine steps: an utterance is read with one dictionary, never half of each
+            with self.engine.exclusive():
+                use(ready)
+
+        return swap
+
+    def _function_word(self, surface: str) -> bool:
         with self.engine.exclusive():
-            use(ready)
+            return function_word(surface)
 
     def current_voice(self) -> str:
         with self.lock:

@@ -585,7 +585,7 @@ class Probe:
 
     def reply(self, subtopic: str, payload, timeout: float = 60.0) -> dict:
         """Publish a request and return the daemon's last word on it: the first `error`,
-        `finished` or `duplicate` event with the request's id.
+        `finished`, `duplicate` or `expired` event with the request's id.
 
         The id is the payload's own "id" where it names a valid one. Otherwise the
         daemon makes one up (plain text, JSON without an id) or has none to give (a
@@ -610,7 +610,7 @@ class Probe:
                 rid = event.get("id")
             elif event.get("id") != rid:
                 continue
-            if event.get("event") in ("error", "finished", "duplicate"):
+            if event.get("event") in ("error", "finished", "duplicate", "expired"):
                 return event
 
     def expect(self, *matches: dict, timeout: float = 60.0) -> list[dict]:

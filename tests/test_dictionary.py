@@ -53,10 +53,52 @@ def test_moras_count_small_kana_with_the_kana_before():
     ({"surface": "晴翔", "reading": "ハルト", "accent": 1, "priority": 11}, "priority of 晴翔"),
     ({"surface": "晴翔", "reading": "ハルト", "accent": 1, "colour": "red"}, "unknown field 'colour'"),
     ("晴翔", "must be a mapping"),
+    # wrong types answer like wrong values (a TypeError killed the control thread, or the start)
+    ({"surface": "晴翔", "reading": "ハルト", "accent": 1, "kind": []}, "kind of 晴翔 must be one of"),
+    ({"surface": "晴翔", "reading": "ハルト", "accent": 1, "kind": {"a": 1}}, "kind of 晴翔 must be one of"),
+    ({"surface": "晴翔", "reading": "ハルト", "accent": 1, 3: "x"}, "unknown field '3'"),
+    ({"surface": ["晴翔"], "reading": "ハルト", "accent": 1}, "surface must be a non-empty text"),
+    ({"surface": "晴翔", "reading": ["ハルト"], "accent": 1}, "must be katakana"),
 ])
 def test_bad_entries_are_refused_with_the_reason(entry, reason):
     with pytest.raises(ValueError, match=re.escape(reason)):
         check_entry(entry)
+
+
+@pytest.mark.parametrize("surface, reading, priority, refused", [
+    ("の", "ウンコ", 10, "one character"),
+    ("は", "ワ", 4, "one character"),
+    ("です", "ニャン", 10, "particle or auxiliary"),
+    ("から", "カラ", 8, "particle or auxiliary"),
+    ("の", "ノ", 3, None),  # weak enough: OpenJTalk's own words win wherever it has one
+    ("です", "デス", 2, None),
+    ("晴翔", "ハルト", 10, None),
+    ("猫", "ネコ", 5, "one character"),
+])
+def test_words_that_would_change_every_sentence_need_a_low_priority(tmp_path, surface, reading, priority, refused):
+    words = UserDictionary(tmp_path / "d.yaml")
+    entry = {"surface": surface, "reading": reading, "accent": 0, "priority": priority}
+    if refused is None:
+        assert words.add(entry).surface == surface
+        return
+    with pytest.raises(ValueError, match=refused) as e:
+        words.add(entry)
+    assert "priority 3 or less" in str(e.value)
+    assert not (tmp_path / "d.yaml").exists()
+
+
+def test_the_dictionary_holds_at_most_max_entries(tmp_path):
+    words = UserDictionary(tmp_path / "d.yaml", max_entries=2)
+    for surface in ("晴翔", "陽葵"):
+        words.add({"surface": surface, "reading": "ハルト", "accent": 1})
+    with pytest.raises(ValueError, match="full .2 entries, dictionary.max_entries"):
+        words.add({"surface": "陽向", "reading": "ヒナタ", "accent": 0})
+    words.add({"surface": "晴翔", "reading": "ハルト", "accent": 2})  # replacing one is no new entry
+    (tmp_path / "big.yaml").write_text("".join(f"- {{surface: 名前{i}, reading: ナマエ, accent: 0}}\n"
+                                               for i in range(4)))
+    big = UserDictionary(tmp_path / "big.yaml", max_entries=3)
+    problems = big.load()
+    assert len(big.entries) == 3 and len(problems) == 1 and "max_entries" in problems[0]
 
 
 def test_the_file_skips_bad_entries_and_survives_a_corrupt_one(tmp_path):

@@ -109,3 +109,13 @@ def test_home_automation_readings_give_the_wanted_phones():
     wrong = [r for r, w in zip(raw, wanted)
              if (lambda a: (a.phones, a.tones) != (w["phones"], w["tones"]))(fe.analyze(r))]
     assert wrong == []
+
+
+def test_text_without_a_phoneme_leaves_no_openjtalk_warning_on_stderr(capfd):
+    """OpenJTalk's labeler writes `WARNING: JPCommonLabel_make() ... No phoneme.` straight to
+    the process's stderr (the journal) for such text; the front end does not call it then."""
+    from hayakoe_pi.text.g2p import g2p
+
+    for text in ("。", "？", "😀。", "{{{{"):
+        assert g2p(text).phones[0] == "_"
+    assert "JPCommonLabel" not in capfd.readouterr().err

@@ -104,6 +104,7 @@ def test_unit_has_the_service_contract():
     assert "StartLimitBurst" in s and "StartLimitIntervalSec" in s
     assert s["StateDirectory"] == ["hayakoe-pi"] and s["CacheDirectory"] == ["hayakoe-pi"]
     assert s["UMask"] == ["0077"] and s["TimeoutStopSec"] == ["10"]
+    assert s["LimitNOFILE"] == ["1024"]  # explicit: Wyoming's 16 clients and a refused burst fit well inside
     # The sound card must stay reachable: no PrivateDevices/PrivateUsers, ALSA allowed.
     assert s.get("PrivateDevices", ["no"]) == ["no"]
     assert s.get("PrivateUsers", ["no"]) == ["no"]

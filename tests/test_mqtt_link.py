@@ -84,3 +84,21 @@ def test_connections_closed_right_after_connecting_are_said_once_and_slow_the_re
     assert len(clash_lines) == 1 and "hayakoe-pi-pi" in clash_lines[0] and "device.id" in clash_lines[0]
     link._note_drop(BrokerLink.STABLE_SECONDS + 1, broker_away=False)  # the other device is gone
     assert not link.clash and delays[-1] == (1, 60)
+
+
+def test_no_exception_escapes_a_paho_callback(caplog):
+    """One in on_connect (a bad state value, once) left the link alive but deaf."""
+    link, _ = make_link()
+    subscribed = []
+    client = SimpleNamespace(unsubscribe=lambda topics: None, subscribe=subscribed.append)
+    link.client = client
+    link._intake_started = link._intake_ready = True
+
+    def broken():
+        raise OverflowError("cannot convert float infinity to integer")
+
+    link._on_connected = broken
+    ok = SimpleNamespace(is_failure=False)
+    link._connected(client, None, SimpleNamespace(session_present=True), ok, None)  # does not raise
+    assert subscribed and link.connected  # it still listens
+    assert any("OverflowError" in r.exc_text for r in caplog.records if r.exc_text)

@@ -191,3 +191,50 @@ def test_volume_payloads():
     for bad in (b"loud", b"101", b"nan"):
         with pytest.raises(ValueError):
             parse_volume(bad)
+
+
+def test_changing_the_words_never_holds_up_speech(store, tmp_path, monkeypatch):
+    """Compiling a large dictionary takes seconds on a Pi: requests go on meanwhile; only the swap
+    waits for the engine, between two of its steps."""
+    import threading
+
+    import hayakoe_pi.speech as speech_module
+    from hayakoe_pi.text.dictionary import UserDictionary, activate
+
+    service = make_service(store, tmp_path, dictionary=UserDictionary(tmp_path / "words.yaml"),
+                           dictionary_build_dir=tmp_path / "build")
+    compiling, release = threading.Event(), threading.Event()
+    real_prepare = speech_module.prepare
+
+    def slow_prepare(entries, build_dir):
+        compiling.set()
+        release.wait(10)
+        return real_prepare(entries, build_dir)
+
+    monkeypatch.setattr(speech_module, "prepare", slow_prepare)
+    adding = threading.Thread(target=service.add_word, args=({"surface": "晴翔", "reading": "ハルト", "accent": 1},))
+    adding.start()
+    try:
+        assert compiling.wait(10)
+        done = threading.Event()
+        threading.Thread(target=lambda: (service.choose(None, None), service.current_volume(), done.set()),
+                         daemon=True).start()
+        assert done.wait(2), "a request waited for the dictionary to compile"
+        assert not (tmp_path / "words.yaml").exists()  # not saved before it compiled
+    finally:
+        release.set()
+        adding.join(30)
+    try:
+        assert "晴翔" in service.dictionary.entries and (tmp_path / "words.yaml").exists()
+    finally:
+        activate([], tmp_path / "none")  # OpenJTalk is process-wide: no user words for the next tests
+
+
+@pytest.mark.parametrize("saved", ['{"volume": Infinity}', '{"volume": NaN}', '{"volume": 5}', '{"volume": "70"}',
+                                   '{"voice": 3, "style": null}', '[1]', '"x"'])
+def test_state_file_values_out_of_range_are_replaced_with_the_defaults(store, tmp_path, saved):
+    (tmp_path / "state.json").write_text(saved)
+    selection = SavedSelection(tmp_path / "state.json", 0.7, "tiny-voice", "Neutral")
+    assert (selection.volume, selection.voice, selection.style) == (0.7, "tiny-voice", "Neutral")
+    assert selection.shown("volume") == "70"
+    assert json.loads((tmp_path / "state.json").read_text())["volume"] == 0.7  # written back, sane

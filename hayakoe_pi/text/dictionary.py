@@ -42,6 +42,10 @@ KINDS = {
 }
 MAX_SURFACE_CHARS = 40
 MAX_READING_MORAS = 40
+# A one-character word, or a particle or auxiliary alone (の, が, です), would change nearly every
+# sentence (Assist's answers too): such surfaces only at this priority or lower, below OpenJTalk's words.
+FUNCTION_WORD_PRIORITY = 3
+FUNCTION_POS = ("助詞", "助動詞", "接続詞", "フィラー")  # alone, から is read as a conjunction, だ as a filler
 _SMALL_KANA = set("ァィゥェォャュョヮ")  # joined to the kana before them: no mora of their own
 _KATAKANA_RE = re.compile(r"[ァ-ヶー]+")
 _SURFACE_RE = re.compile(r"[^\W_]+(?:[-・'&.][^\W_]+)*")  # letters, digits, kana, kanji; inner - ・ ' & .
@@ -77,7 +81,7 @@ def check_entry(data) -> Entry:
     """An entry as given (YAML, JSON or the CLI), checked; ValueError says what is wrong."""
     if not isinstance(data, dict):
         raise ValueError("an entry must be a mapping with surface, reading and accent")
-    unknown = sorted(set(data) - {"surface", "reading", "accent", "kind", "priority"})
+    unknown = sorted(map(str, set(data) - {"surface", "reading", "accent", "kind", "priority"}))
     if unknown:
         raise ValueError(f"unknown field {', '.join(map(repr, unknown))}; known: surface, reading, accent, "
                          "kind, priority")
@@ -101,12 +105,33 @@ def check_entry(data) -> Entry:
         raise ValueError(f"accent of {surface} must be a whole number from 0 (flat) to {count} "
                          f"(the moras of {reading}), got {accent!r}")
     kind = data.get("kind", "proper")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise ValueError(f"kind of {surface} must be one of {', '.join(KINDS)}, got {kind!r}")
     priority = data.get("priority", 5)
     if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 10:
         raise ValueError(f"priority of {surface} must be a whole number from 0 to 10, got {priority!r}")
     return Entry(surface, reading, accent, kind, priority)
+
+
+def function_word(surface: str) -> bool:
+    """A particle, auxiliary or other grammatical word alone, as OpenJTalk reads it. Uses OpenJTalk:
+    call it where no synthesis runs beside (the speech service holds the engine for it)."""
+    import pyopenjtalk
+
+    features = pyopenjtalk.run_frontend(surface)
+    return bool(features) and all(f["pos"] in FUNCTION_POS for f in features)
+
+
+def check_guard(entry: Entry, is_function_word: bool) -> None:
+    """ValueError when the entry would take over every sentence: see FUNCTION_WORD_PRIORITY."""
+    if entry.priority <= FUNCTION_WORD_PRIORITY:
+        return
+    what = ("one character" if len(entry.surface) == 1 else
+            "a particle or auxiliary (の, が, です ...)" if is_function_word else None)
+    if what:
+        raise ValueError(f"{entry.surface!r} is {what}: at priority {entry.priority} it would change nearly every "
+                         f"sentence; add it with priority {FUNCTION_WORD_PRIORITY} or less, or as a longer word "
+                         "that includes it")
 
 
 def fingerprint(entries) -> str:
@@ -193,10 +218,16 @@ def _compile(entries: list[Entry], build_dir: Path, dic: Path) -> None:
 # --- the file ---------------------------------------------------------------------------------
 
 class UserDictionary:
-    """The entries of one dictionary file: read (bad entries reported and skipped), changed, saved."""
+    """The entries of one dictionary file: read (bad entries reported and skipped), changed, saved.
 
-    def __init__(self, path: Path):
+    Adding checks the entry (check_entry), the guard against words that would take over
+    every sentence (`is_function_word` asks OpenJTalk), and `max_entries`.
+    """
+
+    def __init__(self, path: Path, max_entries: int = 5000, is_function_word=function_word):
         self.path = Path(path)
+        self.max_entries = max_entries
+        self.is_function_word = is_function_word
         self.entries: dict[str, Entry] = {}
 
     def load(self) -> list[str]:
@@ -216,6 +247,8 @@ class UserDictionary:
         for i, item in enumerate(data, 1):
             try:
                 entry = check_entry(item)
+                if len(self.entries) >= self.max_entries:
+                    raise ValueError(f"more than dictionary.max_entries ({self.max_entries}) entries")
             except ValueError as e:
                 problems.append(f"{self.path} entry {i} skipped: {e}")
                 continue
@@ -223,9 +256,14 @@ class UserDictionary:
         return problems
 
     def add(self, data, use=None) -> Entry:
-        """Add (or replace) an entry. `use(entries)`, when given, puts the new set to work
-        first: if it fails, nothing changes."""
+        """Add (or replace) an entry. `use(entries)`, when given, prepares the new set (and may
+        return the call that swaps it in, made once the file is saved): if it fails, nothing changes."""
         entry = check_entry(data)
+        check_guard(entry, len(entry.surface) > 1 and entry.priority > FUNCTION_WORD_PRIORITY
+                    and self.is_function_word(entry.surface))
+        if entry.surface not in self.entries and len(self.entries) >= self.max_entries:
+            raise ValueError(f"the dictionary is full ({self.max_entries} entries, dictionary.max_entries): "
+                             "remove a word first")
         self._change({**self.entries, entry.surface: entry}, use)
         return entry
 
@@ -238,18 +276,19 @@ class UserDictionary:
         return entry
 
     def _change(self, entries: dict[str, Entry], use) -> None:
-        if use is not None:
-            use(list(entries.values()))
+        swap = use(list(entries.values())) if use is not None else None
+        self.save(entries)
         self.entries = entries
-        self.save()
+        if swap is not None:
+            swap()
 
-    def save(self) -> None:
+    def save(self, entries: dict[str, Entry] | None = None) -> None:
         from ..weights import durable_replace
 
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.path.with_suffix(".tmp")
         items = [{k: v for k, v in asdict(e).items() if (k, v) not in (("kind", "proper"), ("priority", 5))}
-                 for e in sorted(self.entries.values(), key=lambda e: e.surface)]
+                 for e in sorted((self.entries if entries is None else entries).values(), key=lambda e: e.surface)]
         tmp.write_text(yaml.safe_dump(items, allow_unicode=True, sort_keys=False), "utf-8")
         tmp.chmod(0o600)
         durable_replace(tmp, self.path)

@@ -74,7 +74,10 @@ def _tones_without_punctuation(features: list[dict]) -> list[tuple[str, int]]:
     rise and down one after the accent nucleus; each phrase is then shifted to
     the 0/1 range. Pauses and phrase boundaries start a new phrase.
     """
-    labels = pyopenjtalk.make_label(features)
+    # Nothing but punctuation and unreadable characters has no phoneme: OpenJTalk's labeler would
+    # give no labels either, after printing a warning into the journal (straight to stderr, from C)
+    spoken = any(f["pron"] not in ("、", "？") for f in features)
+    labels = pyopenjtalk.make_label(features) if spoken else []
     result: list[tuple[str, int]] = []
     phrase: list[tuple[str, int]] = []
     tone = 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import socket
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ log = logging.getLogger("hayakoe_pi.wyoming")
 SAMPLES_PER_CHUNK = 1024  # per audio-chunk event (23 ms at 44.1 kHz)
 DRAIN_BEFORE_CLOSE_SECONDS = 2.0
 IDLE_SECONDS = 120.0  # a client that sends nothing for this long is disconnected
-MAX_CLIENTS = 16  # connections at once; more are refused with an error
+MAX_CLIENTS = 16  # connections at once; more are refused at once, with an error
+SEND_BUFFER_BYTES = 64 * 1024  # per client in the kernel (and as much in the transport): audio waiting to be read
 WAIT_SECONDS = 0.02  # how often a waiting sentence is looked at again
 _SENTENCE_END_RE = re.compile(f"[{SENTENCE_ENDS}]")
 
@@ -57,11 +59,25 @@ def ready_text(buffer: str) -> tuple[str, str]:
     return buffer[:last.end()], buffer[last.end():]
 
 
+class NotReading(ConnectionError):
+    """The client has not taken what was sent for write_timeout seconds."""
+
+
 @dataclass
 class Connections:
-    """Clients connected now (every handler runs on the server's one loop)."""
+    """What the clients share (every handler runs on the server's one loop): how many are
+    connected, and the syntheses allowed at once (the rest wait in order)."""
 
+    max_syntheses: int = 2
+    write_timeout: float = 30.0
     count: int = 0
+    _syntheses: asyncio.Semaphore | None = None
+
+    @property
+    def syntheses(self) -> asyncio.Semaphore:
+        if self._syntheses is None:  # made on the loop that uses it
+            self._syntheses = asyncio.Semaphore(self.max_syntheses)
+        return self._syntheses
 
 
 @dataclass
@@ -95,6 +111,9 @@ class Handler(AsyncEventHandler):
         self.speech, self.pool, self.connections, self.describe = speech, pool, connections, describe
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:  # a client that stops reading holds little, and is found out soon
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         self.out: AudioOut | None = None
         self.stream: StreamedRequest | None = None
 
@@ -106,8 +125,13 @@ class Handler(AsyncEventHandler):
     async def run(self) -> None:
         log.debug("wyoming: %s connected", self.peer)
         if self.connections.count >= MAX_CLIENTS:
+            # at once: a burst held open here would use up the daemon's file descriptors
             log.warning("wyoming: %s refused: %d clients connected already", self.peer, self.connections.count)
-            await self._close_with_error(f"busy: {MAX_CLIENTS} clients connected; try again later", "busy")
+            try:
+                await self.write_event(Error(text=f"busy: {MAX_CLIENTS} clients connected; try again later",
+                                             code="busy").event())
+            except (ConnectionError, OSError):
+                pass
             self.writer.close()
             return
         self.connections.count += 1
@@ -128,6 +152,8 @@ class Handler(AsyncEventHandler):
                     self._abandon_stream()
                     await self._close_with_error(str(e), e.code)
                     return
+        except NotReading as e:
+            log.warning("wyoming: %s %s: disconnected", self.peer, e)
         except (ConnectionError, OSError) as e:
             log.warning("wyoming: %s went away: %s", self.peer, e.strerror or type(e).__name__)
         except asyncio.CancelledError:
@@ -155,7 +181,13 @@ class Handler(AsyncEventHandler):
             log.debug("wyoming: %s: streamed synthesis ended with %r", self.peer, task.exception())
 
     async def write_event(self, event: Event) -> None:
-        await async_write_event(event, self.writer)
+        """Send an event; a client that has not read for `write_timeout` seconds is dropped
+        (ConnectionError), so it cannot hold its connection and a synthesis forever."""
+        try:
+            await asyncio.wait_for(async_write_event(event, self.writer), self.connections.write_timeout)
+        except asyncio.TimeoutError:
+            self.writer.transport.abort()
+            raise NotReading(f"stopped reading for {self.connections.write_timeout:g} s") from None
 
     async def _close_with_error(self, text: str, code: str) -> None:
         """Send an error, say nothing more is coming, and let the client read it before closing."""
@@ -334,8 +366,14 @@ class Handler(AsyncEventHandler):
         `errors` true that raises RequestError. `lead` (silence) goes out just
         before the first audio.
         """
-        utterance = await self._blocking(self.speech.utterance, text, choice)
+        slot = await self._synthesis_slot()
+        try:
+            utterance = await self._blocking(self.speech.utterance, text, choice)
+        except BaseException:
+            slot.cancel()
+            raise
         ahead = utterance.ahead
+        asyncio.get_running_loop().create_task(self._free_when_synthesized(ahead, slot))
         index = samples = 0
         last = None
         sent_all = False
@@ -368,3 +406,19 @@ class Handler(AsyncEventHandler):
             else:  # also when the client went away: synthesis stops after the step in progress
                 utterance.close(False)
         return utterance.cached, last
+
+    async def _synthesis_slot(self) -> asyncio.Future:
+        """Wait (in order) until fewer than max_syntheses run; the slot is freed by resolving the
+        future returned. Held while synthesis runs, not while a slow client reads."""
+        syntheses = self.connections.syntheses
+        await syntheses.acquire()
+        slot = asyncio.get_running_loop().create_future()
+        slot.add_done_callback(lambda _: syntheses.release())
+        return slot
+
+    @staticmethod
+    async def _free_when_synthesized(ahead, slot: asyncio.Future) -> None:
+        while ahead.synthesizing:
+            await asyncio.sleep(WAIT_SECONDS)
+        if not slot.done():
+            slot.set_result(None)
