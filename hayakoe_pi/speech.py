@@ -22,8 +22,9 @@ import numpy as np
 from .ahead import SynthesisAhead, synthesize_ahead
 from .cache import PhraseCache, cache_key, voice_fingerprint
 from .config import voice_styles
-from .engine import Engine, pause_samples
+from .engine import Engine
 from .models import ModelError, ModelStore
+from .sentences import pause_samples
 from .text.dictionary import Entry, UserDictionary, active_words, prepare, use
 from .weights import durable_replace
 

@@ -31,7 +31,8 @@ from wyoming.server import AsyncEventHandler
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
 from ..audio import to_pcm16
-from ..engine import SENTENCE_ENDS, TextError, split_sentences
+from ..engine import TextError
+from ..sentences import SENTENCE_ENDS, split_sentences
 from ..speech import Choice, SpeechError, SpeechService
 from .announce import LANGUAGES
 from .events import RequestError, read_event
