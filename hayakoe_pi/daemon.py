@@ -31,7 +31,7 @@ from .audio import AudioError, Player, check_device, rescan_devices
 from .cache import PhraseCache
 from .config import Config
 from .engine import TextError
-from .models import ModelStore
+from .models.store import ModelStore
 from .mqtt import SELECTION, BrokerLink, Topics, discovery_messages
 from .mqtt_api import (EVENT_TEXT_CHARS, PayloadError, SayRequest, error_event, event, parse_say, parse_volume,
                        parse_word)

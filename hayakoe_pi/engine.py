@@ -25,7 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from .layout import DEFAULT_VOICE
-from .models import LANE_WINDOW_FRAMES, ModelStore, Voice
+from .models.lanes import LANE_WINDOW_FRAMES
+from .models.store import ModelStore
+from .models.voices import Voice
 from .sentences import pause_samples, split_sentences
 from .text import Analysis, TextError
 from .text.phonemes import PUNCTUATIONS
@@ -271,7 +273,7 @@ class Engine:
         The first sentence's windows run alone on every core and each is given
         out at once: it may start to play before its last window is ready
         (ahead.py times that by this decoder speed alone). With decoder lanes
-        (prepare.tune found two windows at once faster on this CPU: the
+        (tune.py found two windows at once faster on this CPU: the
         decoder's small layers leave cores idle), every later sentence's
         windows go to the lanes, two at once, while the next sentence's front
         runs, and the sentence is given out whole once its last window is

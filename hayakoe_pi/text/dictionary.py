@@ -244,7 +244,7 @@ class UserDictionary:
         self.save()
 
     def save(self) -> None:
-        from ..weights import durable_replace
+        from ..durable import durable_replace
 
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.path.with_suffix(".tmp")
