@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from .engine import Piece
-from .models.cpu import lower_compute_priority
+from .threads import lower_compute_priority
 from .windows import paced_windows
 
 AHEAD_SECONDS = 30.0  # synthesis may run this far ahead of playback (memory stays flat)

@@ -15,7 +15,6 @@ Threads (ARCHITECTURE.md has them all):
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import signal
@@ -33,26 +32,16 @@ from .config import Config
 from .engine import TextError
 from .models.store import ModelStore
 from .mqtt import SELECTION, BrokerLink, Topics, discovery_messages
-from .mqtt_api import (EVENT_TEXT_CHARS, PayloadError, SayRequest, error_event, event, parse_say, parse_volume,
-                       parse_word)
+from .mqtt_api import PayloadError, SayRequest, error_event, event, parse_say, parse_volume, parse_word
+from .speaking import SpeakingFile
 from .speech import SavedSelection, SpeechError, SpeechService
 from .text.dictionary import UserDictionary
+from .threads import name_os_thread
 
 log = logging.getLogger("hayakoe_pi")
 
 REMEMBERED_IDS = 1000  # ids seen recently, to drop messages the broker delivers twice
 AUDIO_ATTEMPTS = 3
-
-
-def name_os_thread(name: str) -> None:
-    """Give the calling thread its name in the kernel too (`top -H`, `ps -L`,
-    /proc/PID/task/TID/comm): Python keeps thread names to itself."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-    except (OSError, AttributeError):  # not Linux
-        pass
 
 
 class Daemon:
@@ -74,8 +63,8 @@ class Daemon:
         self.topics = Topics(config.mqtt.topic_prefix, config.mqtt.discovery_prefix, config.mqtt.birth_topic)
         self.link = BrokerLink(config.mqtt, self.topics, self.on_command, self.on_request, self._on_connected)
         # the request being spoken, on disk: after a crash the next start tells Home Assistant
-        self.speaking_file = Path(config.state.file).with_name("speaking.json")
-        self.interrupted = self._read_speaking_file()
+        self.speaking_file = SpeakingFile(Path(config.state.file).with_name("speaking.json"))
+        self.interrupted = self.speaking_file.take()
 
         self.queue: deque[SayRequest] = deque()
         self.cond = threading.Condition()
@@ -257,7 +246,7 @@ class Daemon:
                 request = self.queue.popleft()
                 self.cut.clear()
                 self.busy, self.progress = True, time.monotonic()
-            self._write_speaking_file(request)
+            self.speaking_file.write(request)
             try:
                 self._speak(request)
             except Exception as e:  # a bug must not end the worker
@@ -265,7 +254,7 @@ class Daemon:
                 self._final_error(f"internal error: {type(e).__name__}: {e}", request)
             finally:
                 if not self.shutting_down.is_set():
-                    self.speaking_file.unlink(missing_ok=True)
+                    self.speaking_file.clear()
                 with self.cond:
                     idle = not self.queue
                 if idle:
@@ -379,27 +368,6 @@ class Daemon:
     def _final_error(self, reason: str, request: SayRequest) -> None:
         self._error(reason, request.id, request.text)
         request.ack()
-
-    def _write_speaking_file(self, request: SayRequest) -> None:
-        try:
-            self.speaking_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self.speaking_file.write_text(json.dumps({"id": request.id, "text": request.text[:EVENT_TEXT_CHARS],
-                                                      "prepare": not request.play}, ensure_ascii=False))
-        except OSError as e:
-            log.debug("cannot write %s: %s", self.speaking_file, e)
-
-    def _read_speaking_file(self) -> dict | None:
-        """What the last run was speaking when it died (read once, then removed)."""
-        try:
-            data = json.loads(self.speaking_file.read_text("utf-8"))
-            self.speaking_file.unlink()
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as e:
-            log.warning("ignoring %s (%s)", self.speaking_file, e)
-            self.speaking_file.unlink(missing_ok=True)
-            return None
-        return data if isinstance(data, dict) and isinstance(data.get("id"), str) else None
 
     def _error(self, reason: str, request_id: str | None = None, text: str | None = None) -> None:
         log.warning("error%s: %s", f" ({request_id})" if request_id else "", reason)

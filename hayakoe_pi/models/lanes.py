@@ -11,7 +11,8 @@ from typing import TypeVar
 
 import onnxruntime as ort
 
-from .cpu import cpu_threads, lower_compute_priority
+from ..threads import lower_compute_priority
+from .cpu import cpu_threads
 
 # Latent frames of a decoder window on a lane (the engine's full window is 256):
 # two in flight at once need ONNX Runtime's arena to hold both, and two of 256

@@ -11,7 +11,8 @@ from pathlib import Path
 import onnxruntime as ort
 
 from ..durable import durable_replace
-from .cpu import cpu_key, cpu_threads, lower_compute_priority
+from ..threads import lower_compute_priority
+from .cpu import cpu_key, cpu_threads
 from .errors import ModelError, unreadable
 from .wire import shared_weights
 
