@@ -2,6 +2,6 @@
 derived from them once (the split decoder, its forms, optimized copies, timings).
 
 A module a job; ARCHITECTURE.md's table lists them, each importing only those
-below it, with the path from files to sessions.
+below it (tests/test_imports.py checks), with the path from files to sessions.
 The entry point is store.ModelStore.
 """
