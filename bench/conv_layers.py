@@ -3,7 +3,7 @@
 
     python bench/conv_layers.py [--frames 256] [--kernel 7] [--repeats 7]
 
-Why the decoder has the forms it has (split.py): ONNX Runtime runs a 1-D
+Why the decoder has the forms it has (models/forms.py, rows.py): ONNX Runtime runs a 1-D
 convolution as im2col + GEMM, a 2-D one (x86) with its blocked NCHWc kernels,
 which share the work among threads by output rows and by groups of 4 channel
 blocks. Per channel width of a JP-Extra decoder's stages (at the length a

@@ -29,7 +29,7 @@ REPO = HERE.parent
 sys.path[:0] = [str(REPO / "tests"), str(HERE)]
 
 from harness import memory_cgroup_available, run_with_memory_limit  # noqa: E402
-from run import TEXTS  # noqa: E402
+from texts import TEXTS  # noqa: E402
 
 
 def _run(repo: Path, limit: int, cache: Path, args: list[str]) -> dict:

@@ -34,7 +34,7 @@ sys.path[:0] = [str(REPO / "tests"), str(HERE)]
 
 from harness import (AlsaSink, DaemonProcess, Mosquitto, Probe, cpu_cgroup_available,  # noqa: E402
                      cpu_limited, wait_for, write_config)
-from run import TEXTS  # noqa: E402
+from texts import TEXTS  # noqa: E402
 
 PIPE_BYTES = 16384  # ~93 ms of float32 mono at 44.1 kHz: a real card's buffer
 

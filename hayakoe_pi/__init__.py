@@ -1,7 +1,7 @@
 """hayakoe-pi: offline Japanese speech for Home Assistant on a Raspberry Pi."""
 
 from .engine import Engine
-from .models import ModelError
+from .models.errors import ModelError
 from .text import TextError
 
 __all__ = ["Engine", "ModelError", "TextError"]

@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from .engine import Piece, paced_windows
-from .models import lower_compute_priority
+from .engine import Piece
+from .threads import lower_compute_priority
+from .windows import paced_windows
 
 AHEAD_SECONDS = 30.0  # synthesis may run this far ahead of playback (memory stays flat)
 SAFETY = 1.25  # predicted decoder time is taken this much longer than measured

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from .config import Config
-from .models import VOCAB_PATH, ModelError
+from .models.errors import ModelError
+from .models.store import VOCAB_PATH
 
 DEFAULT_CONFIG = "/etc/hayakoe-pi/config.yaml"
 
@@ -75,7 +76,7 @@ def _derived_dir(config: Config, config_given: bool) -> Path:
     """Where the CLI finds (and makes) the derived model files: the service's
     (`cache.dir`/models) when given --config or run as root (_as_service), else the
     user's ~/.cache/hayakoe-pi/models."""
-    from .models import default_derived_dir
+    from .models.store import default_derived_dir
 
     if config_given or _as_service():
         return config.cache.models_dir
@@ -96,7 +97,7 @@ def _owned_like_cache(derived: Path) -> None:
 
 def _engine(args: argparse.Namespace, config: Config, models: str | Path, voice: str, speaker=None):
     from .engine import Engine
-    from .models import ModelStore
+    from .models.store import ModelStore
 
     derived = _derived_dir(config, bool(args.config))
     try:
@@ -115,9 +116,10 @@ def _check(args: argparse.Namespace) -> int:
     """The daemon's start-up checks plus broker and sound card, without starting."""
     from .audio import AudioError, check_device
     from .config import check_models
-    from .models import ModelStore
+    from .models.prepare import describe_bert, missing
+    from .models.store import ModelStore
+    from .models.tune import describe_tuning
     from .mqtt import probe_broker
-    from .prepare import describe_bert, describe_tuning, missing
 
     config = _load_config(args)
     problems = 0
@@ -172,7 +174,7 @@ def _writable(folder: Path) -> bool:
 def _prepare(args: argparse.Namespace) -> int:
     """Make the derived model files ahead of the first start (install.sh runs it)."""
     from .config import CacheConfig, Config
-    from .prepare import prepare
+    from .models.prepare import prepare
 
     if args.models:
         models = args.models

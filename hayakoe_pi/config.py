@@ -20,7 +20,7 @@ import yaml
 
 from .engine import SPEED_RANGE
 from .layout import DEFAULT_VOICE
-from .models import SPEAKERS_DIR, installed_voices
+from .models.voices import SPEAKERS_DIR, installed_voices
 
 
 class ConfigError(Exception):

@@ -30,7 +30,7 @@ from .cache import PhraseCache
 from .commands import Commands
 from .config import Config
 from .engine import TextError
-from .models import ModelStore
+from .models.store import ModelStore
 from .mqtt import BrokerLink
 from .mqtt_api import PayloadError, SayRequest, event, parse_say
 from .receipts import Receipts
@@ -39,21 +39,11 @@ from .speaking import SpeakingRecord, died_speaking
 from .speech import SavedSelection, SpeechError, SpeechService
 from .topics import SELECTION, Topics
 from .text.dictionary import UserDictionary
+from .threads import name_os_thread
 
 log = logging.getLogger("hayakoe_pi")
 
 AUDIO_ATTEMPTS = 3
-
-
-def name_os_thread(name: str) -> None:
-    """Give the calling thread its name in the kernel too (`top -H`, `ps -L`,
-    /proc/PID/task/TID/comm): Python keeps thread names to itself."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-    except (OSError, AttributeError):  # not Linux
-        pass
 
 
 class Daemon:

@@ -4,16 +4,16 @@
     audio = eng.synthesize("こんにちは。")           # whole utterance
     for chunk in eng.stream(long_text): play(chunk)   # sentence by sentence
 
-Text is split into sentences; BERT runs once over all of them (in windows of
+Text is split into sentences (sentences.py); BERT runs once over all of them (in windows of
 at most 510 characters), then each sentence goes through the synthesizer and
-is yielded at once, followed by a pause fitting its final punctuation.
+is yielded at once (in decoder windows: windows.py), followed by a pause
+fitting its final punctuation.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
 import threading
 import time
 from collections import deque
@@ -25,71 +25,20 @@ from pathlib import Path
 import numpy as np
 
 from .layout import DEFAULT_VOICE
-from .models import LANE_WINDOW_FRAMES, ModelStore, Voice
+from .models.lanes import LANE_WINDOW_FRAMES
+from .models.store import ModelStore
+from .models.voices import Voice
+from .sentences import pause_samples, split_sentences
 from .text import Analysis, TextError
 from .text.phonemes import PUNCTUATIONS
+from .windows import DECODER_WINDOW_FRAMES, FIRST_WINDOW_FRAMES, decoder_windows
 
-__all__ = ["Engine", "Piece", "TextError", "split_sentences"]
+__all__ = ["Engine", "Piece", "TextError"]
 
 log = logging.getLogger("hayakoe_pi.engine")
 
 # BERT's position limit is 512 tokens including [CLS] and [SEP].
 MAX_BERT_CHARS = 510
-# Longer sentences are cut at commas (then anywhere): the synthesizer's
-# attention grows with the square of the sentence length.
-MAX_SENTENCE_CHARS = 160
-
-SENTENCE_ENDS = "。！？!?\n"  # a sentence ends after one of these (also in streamed Wyoming text)
-_AFTER_SENTENCE_END_RE = re.compile(f"(?<=[{SENTENCE_ENDS}])")
-_CLAUSE_END_RE = re.compile(r"(?<=[、，,;；:：])")
-_SPEECH_RE = re.compile(r"[ぁ-ゖァ-ヺ一-鿿㐀-䶿々〆〇A-Za-z0-9０-９Ａ-Ｚａ-ｚｦ-ﾟ]")
-
-# Latent frames per decoder window (512 samples each at 44.1 kHz: 256 frames ~3 s).
-# Measured on the full-size models: the overlap costs 2 x 16 frames a window
-# (25 % at 128 frames, 12 % at 256, 6 % at 512) while the decoder's working
-# memory grows with the window (about 50 MB at 256 frames, 120 MB at 512).
-DECODER_WINDOW_FRAMES = 256
-FIRST_WINDOW_FRAMES = 48
-
-# Silence (seconds at speed 1.0) between a sentence and the next, by how it ends.
-PAUSE_AFTER = {"。": 0.35, ".": 0.35, "．": 0.35, "！": 0.3, "!": 0.3, "？": 0.4, "?": 0.4, "\n": 0.5}
-DEFAULT_PAUSE = 0.3
-SILENCE_WINDOW_S = 0.01
-SILENCE_LEVEL = 0.02  # of the sentence's peak
-
-
-def _cut(text: str, limit: int) -> list[str]:
-    """Cut an over-long sentence at clause ends, then at the limit."""
-    pieces: list[str] = []
-    for clause in _CLAUSE_END_RE.split(text):
-        if pieces and len(pieces[-1]) + len(clause) <= limit:
-            pieces[-1] += clause
-        else:
-            pieces.extend(clause[i:i + limit] for i in range(0, len(clause), limit))
-    return [p for p in pieces if p]
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of `text`, each ending with its punctuation.
-
-    Pieces with nothing to say (punctuation, white space) join the sentence
-    before them, or the one after when they come first.
-    """
-    sentences: list[str] = []
-    leading = ""
-    for piece in _AFTER_SENTENCE_END_RE.split(text):
-        if not _SPEECH_RE.search(piece):
-            if sentences:
-                sentences[-1] += piece
-            else:
-                leading += piece
-            continue
-        sentences.extend(_cut(leading + piece, MAX_SENTENCE_CHARS))
-        leading = ""
-    if leading and not sentences:
-        sentences.append(leading)
-    return [s for s in sentences if s.strip()] or ([text] if text.strip() else [])
-
 
 # The speeds every way in accepts (config, MQTT, the CLI, the API): beyond them
 # the voice is no longer understandable.
@@ -324,7 +273,7 @@ class Engine:
         The first sentence's windows run alone on every core and each is given
         out at once: it may start to play before its last window is ready
         (ahead.py times that by this decoder speed alone). With decoder lanes
-        (prepare.tune found two windows at once faster on this CPU: the
+        (tune.py found two windows at once faster on this CPU: the
         decoder's small layers leave cores idle), every later sentence's
         windows go to the lanes, two at once, while the next sentence's front
         runs, and the sentence is given out whole once its last window is
@@ -397,100 +346,3 @@ class _Window:
 
     def decode_on_lane(self, session) -> Piece:
         return self.decode(session, on_lane=True)
-
-
-def decoder_windows(frames: int, window: int, margin: int, first: int = FIRST_WINDOW_FRAMES,
-                    one_pass_if_fits: bool = True) -> Iterator[tuple[int, int, int, int]]:
-    """(start, end, lo, hi): frames start:end are kept from decoding lo:hi.
-
-    A sentence that fits in one window is decoded in one pass (unless told
-    otherwise): every window boundary costs 2 x margin frames of extra work.
-    Otherwise the first window is short, so the first sound comes soon, and
-    the windows double up to `window`.
-    """
-    if frames <= window and one_pass_if_fits:
-        yield 0, frames, 0, frames
-        return
-    start, size = 0, max(1, min(first, window))
-    while start < frames:
-        end = min(frames, start + size)
-        if frames - end < size // 2:  # no sliver of a last window
-            end = frames
-        yield start, end, max(0, start - margin), min(frames, end + margin)
-        start, size = end, min(window, size * 2)
-
-
-def paced_windows(frames: int, window: int, margin: int, ratio: float, guard: float, lead: float = 0.0,
-                  first: int = FIRST_WINDOW_FRAMES) -> list[tuple[int, int, int, int]]:
-    """Windows (as decoder_windows) each decoded before playback reaches it, as long as that allows.
-
-    `ratio`: time to decode a frame (margins counted) over the time a frame
-    plays; `lead`: frames still to play before the sentence's first one;
-    `guard`: frames kept in hand. All in frames of playing time from now. If
-    even a short first window cannot be ready within the lead, the sentence
-    starts once it is. Where windows cannot keep ahead of playback from there
-    (each boundary costs 2 x margin frames; a CPU slower than real time), the
-    plan is the one that lets the sentence start soonest: it waits (the pause
-    grows, ahead.py) by the least delay after which every window is in time.
-    """
-    def in_time(delay: float) -> list[tuple[int, int, int, int]] | None:
-        plan: list[tuple[int, int, int, int]] = []
-        start = 0
-        decoded = 0.0  # when the windows so far will be ready
-        plays_at = lead + delay  # when playback reaches the sentence's first frame
-        while start < frames:
-            room = (plays_at + start - guard - decoded) / ratio  # frames that can be decoded in time
-            rest = frames - start
-            if rest <= window and rest + (margin if start else 0) <= room:
-                size = rest
-            else:
-                size = min(window, int(room) - 2 * margin)
-                if not plan and size < first:  # not within the lead: start once a short one is ready
-                    size, plays_at = min(first, rest), None
-                elif plan and size < first // 2:
-                    return None  # later windows would be late
-            end = start + size
-            lo, hi = max(0, start - margin), min(frames, end + margin)
-            decoded += (hi - lo) * ratio
-            if plays_at is None:
-                plays_at = decoded + delay
-            plan.append((start, end, lo, hi))
-            start = end
-        return plan
-
-    delay = 0.0
-    # the least delay, to a step of a few per cent of it; enough delay always works
-    while delay <= (frames + window) * ratio * 2 + guard:
-        plan = in_time(delay)
-        if plan is not None:
-            return plan
-        delay += max(first / 4, delay / 16)
-    return list(decoder_windows(frames, window, margin, first, one_pass_if_fits=False))
-
-
-def pause_samples(sentence: str, audio: np.ndarray, sr: int, length_scale: float) -> int:
-    """Silence to add after `sentence` (its speech ending in `audio`) when more follows.
-
-    The pause its final punctuation asks for, less the silence the synthesizer
-    already put at the end.
-    """
-    end = sentence.rstrip(" \t\u3000")[-1:]
-    if sentence.endswith("\n"):
-        end = "\n"
-    target = PAUSE_AFTER.get(end, DEFAULT_PAUSE) * length_scale
-    return max(0, int(round((target - trailing_silence(audio, sr)) * sr)))
-
-
-def trailing_silence(audio: np.ndarray, sr: int) -> float:
-    """Seconds of near-silence already at the end of `audio`."""
-    if audio.size == 0:
-        return 0.0
-    peak = float(np.abs(audio).max())
-    if peak == 0.0:
-        return audio.size / sr
-    window = max(1, int(sr * SILENCE_WINDOW_S))
-    n_windows = audio.size // window
-    tail = np.abs(audio[audio.size - n_windows * window:]).reshape(n_windows, window).max(axis=1)
-    loud = np.nonzero(tail > peak * SILENCE_LEVEL)[0]
-    quiet_windows = n_windows - (loud[-1] + 1) if loud.size else n_windows
-    return quiet_windows * window / sr

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from .weights import durable_replace
+from .durable import durable_replace
 
 log = logging.getLogger("hayakoe_pi")
 

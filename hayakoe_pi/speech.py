@@ -23,10 +23,12 @@ import numpy as np
 from .ahead import SynthesisAhead, synthesize_ahead
 from .cache import PhraseCache, cache_key, voice_fingerprint
 from .config import voice_styles
-from .engine import Engine, pause_samples
-from .models import ModelError, ModelStore
+from .durable import durable_replace
+from .engine import Engine
+from .models.errors import ModelError
+from .models.store import ModelStore
+from .sentences import pause_samples
 from .text.dictionary import Entry, UserDictionary, active_words, function_word, prepare, use
-from .weights import durable_replace
 
 log = logging.getLogger("hayakoe_pi")
 

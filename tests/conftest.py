@@ -37,7 +37,7 @@ needs_shared = pytest.mark.skipif(not GOLDEN.is_dir(), reason="../shared (HayaKo
 
 @pytest.fixture(scope="session")
 def store():
-    from hayakoe_pi.models import ModelStore
+    from hayakoe_pi.models.store import ModelStore
 
     return ModelStore(FIXTURE_MODELS)
 

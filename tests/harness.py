@@ -647,8 +647,8 @@ class Probe:
 def prepare_with_two_lanes(derived: Path, voice: str = "tiny-voice") -> None:
     """Prepare `voice` of the fixture models into `derived` with two decoder lanes,
     whatever the tuner chose on this CPU (on one core it never would)."""
-    from hayakoe_pi.models import LANE_WINDOW_FRAMES
-    from hayakoe_pi.prepare import prepare
+    from hayakoe_pi.models.lanes import LANE_WINDOW_FRAMES
+    from hayakoe_pi.models.prepare import prepare
 
     prepare(FIXTURE_MODELS, derived, [voice])
     [record] = derived.rglob("tuning.*.json")

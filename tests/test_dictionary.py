@@ -10,7 +10,7 @@ import yaml
 from conftest import FIXTURE_MODELS, GOLDEN, REF_MODELS, needs_shared
 from harness import appliance, wait_for
 from hayakoe_pi.cache import PhraseCache
-from hayakoe_pi.models import ModelStore
+from hayakoe_pi.models.store import ModelStore
 from hayakoe_pi.speech import SavedSelection, SpeechService
 from hayakoe_pi.text import FrontEnd
 from hayakoe_pi.text.dictionary import UserDictionary, activate, check_entry, moras

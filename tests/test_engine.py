@@ -8,10 +8,11 @@ import pytest
 from conftest import FIXTURE_MODELS, GOLDEN, REF_MODELS, needs_shared
 from harness import prepare_with_two_lanes
 from hayakoe_pi import Engine, ModelError, TextError
-from hayakoe_pi.engine import (FIRST_WINDOW_FRAMES, decoder_windows, paced_windows, split_sentences,
-                               trailing_silence)
-from hayakoe_pi.split import decoder_margin
-from hayakoe_pi.models import LANE_WINDOW_FRAMES, ModelStore
+from hayakoe_pi.models.lanes import LANE_WINDOW_FRAMES
+from hayakoe_pi.models.split import decoder_margin
+from hayakoe_pi.models.store import ModelStore
+from hayakoe_pi.sentences import split_sentences, trailing_silence
+from hayakoe_pi.windows import FIRST_WINDOW_FRAMES, decoder_windows, paced_windows
 
 VOICE = "tiny-voice"
 QUIET = dict(noise=0.0, noise_w=0.0)

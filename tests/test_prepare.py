@@ -15,10 +15,14 @@ import pytest
 
 from conftest import FIXTURE_MODELS, REPO
 from harness import memory_cgroup_available, run_with_memory_limit
-from hayakoe_pi import prepare as prep
 from hayakoe_pi.engine import Engine
-from hayakoe_pi.models import TUNING_VERSION, ModelStore, cpu_key
-from hayakoe_pi.split import SPLIT_VERSION
+from hayakoe_pi.models import make, tune
+from hayakoe_pi.models import prepare as prep
+from hayakoe_pi.models.cpu import cpu_key
+from hayakoe_pi.models.split import SPLIT_VERSION
+from hayakoe_pi.models.store import ModelStore
+from hayakoe_pi.models.tune import TUNING_VERSION
+from hayakoe_pi.models.unsigned import signed_int8_products_exact
 
 VOICE = "tiny-voice"
 TEXT = "おはようございます。今日は晴れです。"
@@ -63,7 +67,7 @@ def test_a_killed_preparation_is_redone_never_trusted(tmp_path):
     prep.prepare(FIXTURE_MODELS, reference, [VOICE])
     want = Engine(FIXTURE_MODELS, voice=VOICE, store=ModelStore(FIXTURE_MODELS, derived_dir=reference)) \
         .synthesize(TEXT, **QUIET)
-    cmd = [sys.executable, "-m", "hayakoe_pi.prepare", "--models", str(FIXTURE_MODELS)]
+    cmd = [sys.executable, "-m", "hayakoe_pi.models.make", "--models", str(FIXTURE_MODELS)]
     left_unfinished = 0
     for i, after in enumerate((0.8, 1.4, 2.0, 2.6)):
         derived = tmp_path / f"killed-{i}"
@@ -103,20 +107,20 @@ def test_preparation_fits_a_memory_limit_and_says_so_when_it_does_not(tmp_path):
 
 def test_the_tuner_keeps_the_fastest_form_that_gives_the_same_samples():
     same = {"1d": 0.0, "2d": 3e-6}
-    assert prep.choose_form({"1d": [0.30, 1.20], "2d": [0.28, 1.10]}, same) == "2d"
-    assert prep.choose_form({"1d": [0.30, 1.10], "2d": [0.28, 1.20]}, same) == "1d"  # the whole time counts
-    assert prep.choose_form({"1d": [0.30, 1.20], "2d": [0.30, 1.20]}, same) == "1d"  # a tie keeps the cut
-    assert prep.choose_form({"1d": [0.30, 1.20], "2d": [0.10, 0.40]}, {"1d": 0.0, "2d": 2e-4}) == "1d"
-    assert prep.choose_form({"1d": [0.30, 1.20], "2d": [0.10, 0.40]}, {"1d": 0.0}) == "1d"  # never compared
+    assert tune.choose_form({"1d": [0.30, 1.20], "2d": [0.28, 1.10]}, same) == "2d"
+    assert tune.choose_form({"1d": [0.30, 1.10], "2d": [0.28, 1.20]}, same) == "1d"  # the whole time counts
+    assert tune.choose_form({"1d": [0.30, 1.20], "2d": [0.30, 1.20]}, same) == "1d"  # a tie keeps the cut
+    assert tune.choose_form({"1d": [0.30, 1.20], "2d": [0.10, 0.40]}, {"1d": 0.0, "2d": 2e-4}) == "1d"
+    assert tune.choose_form({"1d": [0.30, 1.20], "2d": [0.10, 0.40]}, {"1d": 0.0}) == "1d"  # never compared
 
 
 def test_the_tuner_takes_two_decoder_lanes_only_where_they_are_clearly_faster():
     # seconds a frame kept: one window after another on every core, and two lanes at once
-    assert prep.choose_lanes(1.0, 0.85, threads=2) == 2
-    assert prep.choose_lanes(1.0, 0.95, threads=2) == 2  # 5 % sooner
-    assert prep.choose_lanes(1.0, 0.97, threads=2) == 1  # not worth a second window's memory
-    assert prep.choose_lanes(1.0, 1.20, threads=2) == 1  # slower at once
-    assert prep.choose_lanes(1.0, 0.60, threads=1) == 1  # one core: nothing to share out
+    assert tune.choose_lanes(1.0, 0.85, threads=2) == 2
+    assert tune.choose_lanes(1.0, 0.95, threads=2) == 2  # 5 % sooner
+    assert tune.choose_lanes(1.0, 0.97, threads=2) == 1  # not worth a second window's memory
+    assert tune.choose_lanes(1.0, 1.20, threads=2) == 1  # slower at once
+    assert tune.choose_lanes(1.0, 0.60, threads=1) == 1  # one core: nothing to share out
 
 
 def test_a_tuning_record_of_an_older_version_is_timed_again(tmp_path):
@@ -220,7 +224,7 @@ def test_bert_gives_the_exact_features_on_every_cpu(tmp_path):
 
     exact = _hidden(ort.InferenceSession(_bert_with_exact_products(), providers=["CPUExecutionProvider"]))
     published = _hidden(ort.InferenceSession(str(BERT_SOURCE), providers=["CPUExecutionProvider"]))
-    saturates = not prep.signed_int8_products_exact()
+    saturates = not signed_int8_products_exact()
     # the probe tells the truth about this CPU
     assert (np.abs(published - exact).max() > 1e-3) == saturates
     [step] = prep.prepare(FIXTURE_MODELS, tmp_path, [])
@@ -241,8 +245,8 @@ def test_bert_is_made_again_when_its_products_need_other_weights(tmp_path, monke
     (or prepared by a release that never asked): made again, unsigned."""
     from onnx import TensorProto
 
-    monkeypatch.setattr(prep, "signed_int8_products_exact", lambda: True)
-    assert prep._prepare_bert(FIXTURE_MODELS, tmp_path) == {"unsigned_int8": False}
+    monkeypatch.setattr(make, "signed_int8_products_exact", lambda: True)
+    assert make._prepare_bert(FIXTURE_MODELS, tmp_path) == {"unsigned_int8": False}
     assert TensorProto.INT8 in _weight_types(tmp_path)
     assert not prep.missing(FIXTURE_MODELS, tmp_path, "bert")
     [stamp] = tmp_path.rglob("prepared.json")
@@ -251,8 +255,8 @@ def test_bert_is_made_again_when_its_products_need_other_weights(tmp_path, monke
     stamp.write_text(json.dumps(older))  # as the last release wrote it
     assert prep.missing(FIXTURE_MODELS, tmp_path, "bert")
 
-    monkeypatch.setattr(prep, "signed_int8_products_exact", lambda: False)
-    assert prep._prepare_bert(FIXTURE_MODELS, tmp_path) == {"unsigned_int8": True}
+    monkeypatch.setattr(make, "signed_int8_products_exact", lambda: False)
+    assert make._prepare_bert(FIXTURE_MODELS, tmp_path) == {"unsigned_int8": True}
     assert not prep.missing(FIXTURE_MODELS, tmp_path, "bert")
     assert json.loads(stamp.read_text())["unsigned_int8"] is True
     types = _weight_types(tmp_path)

@@ -8,7 +8,8 @@ import unicodedata
 import pytest
 
 from conftest import GOLDEN as GOLDEN_DIR
-from hayakoe_pi.text.readings import expand_readings, number_to_kanji
+from hayakoe_pi.text.numbers import number_to_kanji
+from hayakoe_pi.text.readings import expand_readings
 
 GOLDEN = GOLDEN_DIR / "readings_public.tsv"  # under $HAYAKOE_PI_SHARED (default ../shared)
 

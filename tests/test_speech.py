@@ -8,9 +8,10 @@ import pytest
 
 from conftest import FIXTURE_MODELS
 from hayakoe_pi.cache import PhraseCache
-from hayakoe_pi.engine import PAUSE_AFTER, SPEED_RANGE
-from hayakoe_pi.models import ModelStore
+from hayakoe_pi.engine import SPEED_RANGE
+from hayakoe_pi.models.store import ModelStore
 from hayakoe_pi.mqtt_api import PayloadError, parse_say, parse_volume
+from hayakoe_pi.sentences import PAUSE_AFTER
 from hayakoe_pi.speech import SavedSelection, SpeechError, SpeechService, first_style
 
 LIMIT = 50

@@ -11,9 +11,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import FIXTURE_MODELS
-from hayakoe_pi import split
-from hayakoe_pi.models import ModelStore, _session_options
-from hayakoe_pi.split import decoder_as_2d
+from hayakoe_pi.models import forms, split
+from hayakoe_pi.models import rows as row_rewrite
+from hayakoe_pi.models.forms import decoder_as_2d
+from hayakoe_pi.models.sessions import _session_options
+from hayakoe_pi.models.store import ModelStore
 
 RNG = np.random.default_rng(1)
 
@@ -125,7 +127,7 @@ def _staged_decoder(skip_from_before_the_cut=False, opset=17):
 def _in_rows(model, rows, below_channels=8):
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    return split.decoder_in_rows(decoder_as_2d(copy), rows, below_channels)
+    return row_rewrite.decoder_in_rows(decoder_as_2d(copy), rows, below_channels)
 
 
 @pytest.mark.parametrize("rows", [2, 3])
@@ -147,13 +149,13 @@ def test_narrow_stages_in_rows_give_the_same_samples(rows):
 def test_rows_take_the_margin_their_layers_reach(monkeypatch):
     model = _staged_decoder()
     z = RNG.standard_normal((1, 3, 37)).astype(np.float32)
-    plan = split._rows_plan
+    plan = row_rewrite._rows_plan
 
     def no_margin(graph, below):
         cut, after, margin, up = plan(graph, below)
         return cut, after, 0, up
 
-    monkeypatch.setattr(split, "_rows_plan", no_margin)
+    monkeypatch.setattr(row_rewrite, "_rows_plan", no_margin)
     # without it, the samples beside a row's end are wrong: what the margin is there for
     assert np.abs(_run(_in_rows(model, 2), z) - _run(model, z)).max() > 1e-3
 
@@ -166,7 +168,7 @@ def test_decoders_it_cannot_put_in_rows_are_left_alone():
                                (_staged_decoder(opset=13), 2, 8)]:  # Shape(start, end) needs opset 15
         as_2d = decoder_as_2d(model)
         before = as_2d.SerializeToString()
-        assert split.decoder_in_rows(as_2d, rows, below) is None
+        assert row_rewrite.decoder_in_rows(as_2d, rows, below) is None
         assert as_2d.SerializeToString() == before
 
 
@@ -181,7 +183,7 @@ def test_graphs_it_cannot_rewrite_are_left_alone():
 
 
 def test_fixture_decoder_is_cut_in_both_forms(tmp_path):
-    if not split.blocked_conv_kernels():
+    if not forms.blocked_conv_kernels():
         pytest.skip("no 2-D form where ONNX Runtime has no blocked kernels (the next test)")
     ModelStore(FIXTURE_MODELS, derived_dir=tmp_path).voice("tiny-voice")  # as the engine loads it
     [stamp] = [p for p in tmp_path.glob("*/prepared.json") if json.loads(p.read_text())["kind"] == "split"]
@@ -196,8 +198,8 @@ def test_fixture_decoder_is_cut_in_both_forms(tmp_path):
 
 def test_fixture_decoder_has_a_wide_2d_form_where_it_has_wide_convolutions(tmp_path, monkeypatch):
     # the fixture's decoder is narrow (at most 32 channels): with a lower bar it has a wide part
-    monkeypatch.setitem(split.TWO_D_FROM, "2d-wide", 32)
-    monkeypatch.setattr(split, "blocked_conv_kernels", lambda: True)  # the rewrite, on any CPU
+    monkeypatch.setitem(forms.TWO_D_FROM, "2d-wide", 32)
+    monkeypatch.setattr(forms, "blocked_conv_kernels", lambda: True)  # the rewrite, on any CPU
     source = FIXTURE_MODELS / "onnx" / "speakers" / "tiny-voice" / "synthesizer.onnx"
     options = lambda: _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL)  # noqa: E731
     parts = split.split_synthesizer(source, tmp_path, options)
@@ -209,19 +211,19 @@ def test_fixture_decoder_has_a_wide_2d_form_where_it_has_wide_convolutions(tmp_p
 def test_fixture_decoder_runs_its_narrow_stages_in_rows(tmp_path, monkeypatch):
     # the fixture's stages have 32, 16, 8, 4 and 2 channels: rows from the 4-channel one,
     # where the reach left is under a latent frame (as from 64 channels in a full-size voice)
-    monkeypatch.setattr(split, "ROWS_BELOW_CHANNELS", 8)
-    monkeypatch.setattr(split, "blocked_conv_kernels", lambda: True)
+    monkeypatch.setattr(forms, "ROWS_BELOW_CHANNELS", 8)
+    monkeypatch.setattr(forms, "blocked_conv_kernels", lambda: True)
     source = FIXTURE_MODELS / "onnx" / "speakers" / "tiny-voice" / "synthesizer.onnx"
     options = lambda: _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL)  # noqa: E731
     parts = split.split_synthesizer(source, tmp_path, options)
     assert "2d" in parts.decoders  # it gave the same samples, or the split would not keep it
     decoder = onnx.load(str(parts.decoders["2d"]), load_external_data=False)
-    assert [n for n in decoder.graph.node if n.op_type == "Concat" and len(n.input) == split.ROWS]
+    assert [n for n in decoder.graph.node if n.op_type == "Concat" and len(n.input) == forms.ROWS]
 
 
 def test_without_blocked_kernels_only_the_1d_form_is_made(tmp_path, monkeypatch):
     # ARM (a Pi): ONNX Runtime runs a 2-D convolution as the 1-D one; nothing to make or time
-    monkeypatch.setattr(split, "blocked_conv_kernels", lambda: False)
+    monkeypatch.setattr(forms, "blocked_conv_kernels", lambda: False)
     source = FIXTURE_MODELS / "onnx" / "speakers" / "tiny-voice" / "synthesizer.onnx"
     options = lambda: _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL)  # noqa: E731
     parts = split.split_synthesizer(source, tmp_path, options)
@@ -239,15 +241,15 @@ def test_a_failed_kernel_probe_makes_every_form_to_be_timed(monkeypatch, caplog)
     def no_space(**_):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(split.tempfile, "TemporaryDirectory", no_space)
-    split.blocked_conv_kernels.cache_clear()
+    monkeypatch.setattr(forms.tempfile, "TemporaryDirectory", no_space)
+    forms.blocked_conv_kernels.cache_clear()
     try:
-        assert split.blocked_conv_kernels()
+        assert forms.blocked_conv_kernels()
     finally:
-        split.blocked_conv_kernels.cache_clear()
+        forms.blocked_conv_kernels.cache_clear()
     assert "timing every decoder form" in caplog.text
 
 
 @pytest.mark.skipif(not _x86_with_avx2(), reason="ONNX Runtime has blocked (NCHWc) kernels on x86-64 with AVX2")
 def test_onnx_runtime_is_found_to_have_blocked_kernels_on_x86_with_avx2():
-    assert split.blocked_conv_kernels()
+    assert forms.blocked_conv_kernels()

@@ -1,4 +1,4 @@
-"""weights.py: a model's graph apart from its weights, and its constants folded once."""
+"""models/weights.py: a model's graph apart from its weights, and its constants folded once."""
 
 import numpy as np
 import onnx
@@ -7,9 +7,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import FIXTURE_MODELS
-from hayakoe_pi.models import prepare_options
-from hayakoe_pi.weights import (ALIGN, FOLDED_NAME, MIN_EXTERNAL_BYTES, WEIGHTS_NAME, UnreadableModel,
-                                fold_constants, save_graph, shared_weights, unsigned_integer_weights, weightless)
+from hayakoe_pi.models.folders import save_graph
+from hayakoe_pi.models.sessions import prepare_options
+from hayakoe_pi.models.unsigned import unsigned_integer_weights
+from hayakoe_pi.models.weights import ALIGN, FOLDED_NAME, WEIGHTS_NAME, UnreadableModel, fold_constants, weightless
+from hayakoe_pi.models.wire import MIN_EXTERNAL_BYTES, shared_weights
 
 BERT = FIXTURE_MODELS / "onnx" / "bert" / "q8" / "bert_q8.onnx"
 SYNTH = FIXTURE_MODELS / "onnx" / "speakers" / "tiny-voice" / "synthesizer.onnx"

@@ -294,7 +294,7 @@ def test_idle_clients_are_dropped_and_too_many_refused(monkeypatch):
 def test_the_server_in_process_answers_with_the_speech_services_audio(tmp_path):
     """No daemon: the server needs only a speech service."""
     from hayakoe_pi.cache import PhraseCache
-    from hayakoe_pi.models import ModelStore
+    from hayakoe_pi.models.store import ModelStore
     from hayakoe_pi.speech import SavedSelection, SpeechService
     from hayakoe_pi.wyoming import WyomingServer
 

@@ -5,7 +5,7 @@
     python tools/arm64_probe.py compare X86_DIR ARM64_DIR
 
 `run` prepares the models into a fresh folder (split, decoder form, optimized
-copies: the children of hayakoe_pi.prepare), then writes `frontend.jsonl`
+copies: the children of hayakoe_pi.models.prepare), then writes `frontend.jsonl`
 (what `hayakoe-pi frontend` prints for SENTENCES), `audio.npz`
 (`Engine.synthesize` with the noise off: every sentence with the
 first voice, the second-last with the others) and
@@ -50,7 +50,7 @@ SENTENCES = [
 
 def run(models: Path, out: Path, child_python: str | None) -> None:
     if child_python:
-        sys.executable = child_python  # what hayakoe_pi.prepare starts its children with
+        sys.executable = child_python  # what hayakoe_pi.models.prepare starts its children with
     out.mkdir(parents=True, exist_ok=True)
     frontend = subprocess.run(
         [sys.executable, "-m", "hayakoe_pi.cli", "frontend", "--models", str(models)],
@@ -58,9 +58,11 @@ def run(models: Path, out: Path, child_python: str | None) -> None:
     (out / "frontend.jsonl").write_text(frontend.stdout, encoding="utf-8")
 
     from hayakoe_pi.engine import Engine
-    from hayakoe_pi.models import ModelStore, installed_voices, read_tuning
-    from hayakoe_pi.prepare import prepare
-    from hayakoe_pi.weights import model_folder
+    from hayakoe_pi.models.folders import model_folder
+    from hayakoe_pi.models.prepare import prepare
+    from hayakoe_pi.models.store import ModelStore
+    from hayakoe_pi.models.tune import read_tuning
+    from hayakoe_pi.models.voices import installed_voices
 
     import onnxruntime
 

@@ -283,7 +283,7 @@ class UserDictionary:
             swap()
 
     def save(self, entries: dict[str, Entry] | None = None) -> None:
-        from ..weights import durable_replace
+        from ..durable import durable_replace
 
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.path.with_suffix(".tmp")

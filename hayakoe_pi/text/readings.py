@@ -54,27 +54,15 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from pathlib import Path
 
 import pyopenjtalk
-import yaml
 
-__all__ = ["expand_readings", "number_to_kanji"]
+from .numbers import POINT, english_number, number_to_kanji, read_number, spoken_digits
+from .reading_data import DATA as _DATA
 
-_DATA = yaml.load(
-    (Path(__file__).resolve().parent / "data" / "readings.yaml").read_text(encoding="utf-8"),
-    Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader),
-)
+__all__ = ["expand_readings"]
 
-_NUM = _DATA["numerals"]
-_DIGITS: list[str] = _NUM["digits"]
-_TENS: list[str] = _NUM["tens"]
-_MYRIADS: list[str] = _NUM["myriads"]
-_POINT: str = _NUM["point"]
-_SPOKEN_DIGITS: list[str] = _NUM["spoken_digits"]
-_SPOKEN_SEP: str = _NUM["spoken_separator"]
-_EN_DIGITS: list[str] = _NUM["english_digits"]
-_EN_POINT: str = _NUM["english_point"]
+_SPOKEN_SEP: str = _DATA["numerals"]["spoken_separator"]
 _SIGNS: dict[str, str] = _DATA["signs"]
 _W: dict[str, str] = _DATA["words"]
 _ORDINALS: dict[str, str] = _DATA["ordinals"]
@@ -88,81 +76,6 @@ _FRACTIONS = _DATA["fractions"]
 _KNOWN: dict[str, str] = dict(_DATA["known_words"])
 _KNOWN_CI: dict[str, str] = {k.lower(): v for k, v in _DATA["known_words_ignore_case"].items()}
 ENGLISH_WORDS: dict[str, str] = {k.lower(): v for k, v in _DATA["english_words"].items()}
-
-# ---------------------------------------------------------------------------
-# Numbers
-
-
-def _group_reading(group: int) -> str:
-    """Reading of 1..9999 (no leading 一 before 十, 百, 千)."""
-    out = []
-    for power in (3, 2, 1):
-        d, group = divmod(group, 10**power)
-        if d:
-            out.append(("" if d == 1 else _DIGITS[d]) + _TENS[power - 1])
-    if group:
-        out.append(_DIGITS[group])
-    return "".join(out)
-
-
-def _integer_to_kanji(digits: str) -> str:
-    digits = digits.lstrip("0")
-    if not digits:
-        return _DIGITS[0]
-    if len(digits) > 4 * (len(_MYRIADS) + 1):  # beyond 極: nothing to name it with
-        return "".join(_DIGITS[int(c)] for c in digits)
-    out = []
-    groups = []
-    while digits:
-        groups.append(int(digits[-4:]))
-        digits = digits[:-4]
-    for i in range(len(groups) - 1, -1, -1):
-        if groups[i]:
-            out.append(_group_reading(groups[i]) + (_MYRIADS[i - 1] if i else ""))
-    return "".join(out)
-
-
-_NUMBER_STRING_RE = re.compile(r"([-−+]?)(\d+(?:,\d{3})*)(?:\.(\d*))?")
-
-
-def number_to_kanji(number: str) -> str:
-    """Kanji reading of a decimal number string, as num2words(lang="ja") writes it.
-
-    ``"4560"`` → 四千五百六十, ``"4,560"`` → 四千五百六十, ``"21.5"`` → 二十一点五,
-    ``"0.8"`` → 零点八, ``"1.50"`` → 一点五, ``"-3"`` → マイナス三.
-    """
-    m = _NUMBER_STRING_RE.fullmatch(number.strip())
-    if not m:
-        raise ValueError(f"not a decimal number: {number!r}")
-    sign, integer, fraction = m.groups()
-    out = _SIGNS["-"] if sign in ("-", "−") else ""
-    out += _integer_to_kanji(integer.replace(",", ""))
-    fraction = (fraction or "").rstrip("0")
-    if fraction:
-        out += _POINT + "".join(_DIGITS[int(c)] for c in fraction)
-    return out
-
-
-def _spoken_digits(digits: str) -> str:
-    return "".join(_SPOKEN_DIGITS[int(c)] for c in digits)
-
-
-def _read_number(number: str) -> str:
-    """A number as it appears in running text (see the module docstring)."""
-    if number.isdigit() and (len(number) >= 17 or (number[0] == "0" and len(number) >= 4)):
-        return _spoken_digits(number)
-    return number_to_kanji(number)
-
-
-def _english_number(number: str) -> str:
-    integer, _, fraction = number.partition(".")
-    if len(integer) != 1:
-        return number_to_kanji(number)
-    out = _EN_DIGITS[int(integer)]
-    if fraction:
-        out += _EN_POINT + "".join(_EN_DIGITS[int(c)] for c in fraction)
-    return out
-
 
 # ---------------------------------------------------------------------------
 # Patterns
@@ -301,7 +214,7 @@ def _date_context(before: str, after: str) -> bool:
 
 
 def _dotted(number: str) -> str:
-    return _POINT.join(number_to_kanji(p) for p in number.split("."))
+    return POINT.join(number_to_kanji(p) for p in number.split("."))
 
 
 def _clock(h: str, mi: str, s: str | None) -> str:
@@ -328,19 +241,19 @@ def _with_unit(m: re.Match, reading: str, unit: str | None) -> str:
 
 
 def _number(m: re.Match) -> str:
-    first = _sign(m["n_s1"]) + _read_number(m["n_1"])
+    first = _sign(m["n_s1"]) + read_number(m["n_1"])
     if m["n_u1"]:
         return _with_unit(m, first, m["n_u1"])
     if m["n_2"] is None:
         return first
-    both = first + _W["range"] + _sign(m["n_s2"]) + _read_number(m["n_2"])
+    both = first + _W["range"] + _sign(m["n_s2"]) + read_number(m["n_2"])
     return _with_unit(m, both, m["n_u2"])
 
 
 def _money(m: re.Match) -> str:
-    out = _sign(m["c_sign"]) + _read_number(m["c_1"]) + m["c_x1"]
+    out = _sign(m["c_sign"]) + read_number(m["c_1"]) + m["c_x1"]
     if m["c_2"]:
-        out += _W["range"] + _read_number(m["c_2"]) + m["c_x2"]
+        out += _W["range"] + read_number(m["c_2"]) + m["c_x2"]
     word = _CURRENCY[m["c_cur"]]
     # "¥1,000円" is still 千円; any other word after it is kept.
     return out + word + (m["c_dup"] if m["c_dup"] and m["c_dup"] != word else "")
@@ -364,7 +277,7 @@ def _acronym(m: re.Match) -> str:
     if known and "K" in m["ac_l"]:  # ケー, as broadcasters and everyday speech say K (OpenJTalk: ケイ)
         known = known.replace("ケイ", _LETTERS["K"])
     out = known or "".join(_LETTERS[c] for c in m["ac_l"])
-    return out + (_english_number(m["ac_n"]) if m["ac_n"] else "")
+    return out + (english_number(m["ac_n"]) if m["ac_n"] else "")
 
 
 # Known words may be written with or without their spaces ("HomeAssistant").
@@ -380,11 +293,11 @@ def _known(m: re.Match) -> str:
 _HANDLERS = {
     "known": _known,
     "version": lambda m: _VERSION_MARKERS[m["ve_m"]] + _dotted(m["ve_n"]),
-    "postal": lambda m: _W["postal"] + _spoken_digits(m["po_a"]) + _SPOKEN_SEP + _spoken_digits(m["po_b"]),
+    "postal": lambda m: _W["postal"] + spoken_digits(m["po_a"]) + _SPOKEN_SEP + spoken_digits(m["po_b"]),
     "basement": lambda m: _W["basement"] + number_to_kanji(m["ba_n"]) + _W["floor"],
     "per": lambda m: _W["per"] + _UNITS[m["pe_u"]][0],
     "ymd": lambda m: _date(m["ymd_y"], m["ymd_m"], m["ymd_d"]),
-    "phone": lambda m: _SPOKEN_SEP.join(_spoken_digits(g) for g in m.group().split("-")),
+    "phone": lambda m: _SPOKEN_SEP.join(spoken_digits(g) for g in m.group().split("-")),
     "ym": lambda m: _date(m["ym_y"], m["ym_m"], None),
     "slash": _slash,
     "weekday": lambda m: "".join(_WEEKDAYS[d] for d in m["wd"].split("・")),

@@ -15,6 +15,7 @@ to the client as 16-bit mono PCM.
     server.py    the server's thread, loop and listening socket; Info
     handler.py   one client connection: its requests and their audio
     events.py    reading events with limits on what a client may make us buffer
+    limits.py    what the clients may take between them: connections, syntheses, time to read
     announce.py  the zeroconf announcement
 """
 

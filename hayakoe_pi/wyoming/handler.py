@@ -32,17 +32,18 @@ from wyoming.server import AsyncEventHandler
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
 from ..audio import to_pcm16
-from ..engine import SENTENCE_ENDS, TextError, split_sentences
+from ..engine import TextError
+from ..sentences import SENTENCE_ENDS, split_sentences
 from ..speech import Choice, SpeechError, SpeechService
 from .announce import LANGUAGES
 from .events import RequestError, read_event
+from .limits import MAX_CLIENTS, Connections, NotReading
 
 log = logging.getLogger("hayakoe_pi.wyoming")
 
 SAMPLES_PER_CHUNK = 1024  # per audio-chunk event (23 ms at 44.1 kHz)
 DRAIN_BEFORE_CLOSE_SECONDS = 2.0
 IDLE_SECONDS = 120.0  # a client that sends nothing for this long is disconnected
-MAX_CLIENTS = 16  # connections at once; more are refused at once, with an error
 SEND_BUFFER_BYTES = 64 * 1024  # per client in the kernel (and as much in the transport): audio waiting to be read
 WAIT_SECONDS = 0.02  # how often a waiting sentence is looked at again
 _SENTENCE_END_RE = re.compile(f"[{SENTENCE_ENDS}]")
@@ -57,27 +58,6 @@ def ready_text(buffer: str) -> tuple[str, str]:
     if last is None:
         return "", buffer
     return buffer[:last.end()], buffer[last.end():]
-
-
-class NotReading(ConnectionError):
-    """The client has not taken what was sent for write_timeout seconds."""
-
-
-@dataclass
-class Connections:
-    """What the clients share (every handler runs on the server's one loop): how many are
-    connected, and the syntheses allowed at once (the rest wait in order)."""
-
-    max_syntheses: int = 2
-    write_timeout: float = 30.0
-    count: int = 0
-    _syntheses: asyncio.Semaphore | None = None
-
-    @property
-    def syntheses(self) -> asyncio.Semaphore:
-        if self._syntheses is None:  # made on the loop that uses it
-            self._syntheses = asyncio.Semaphore(self.max_syntheses)
-        return self._syntheses
 
 
 @dataclass
@@ -366,14 +346,14 @@ class Handler(AsyncEventHandler):
         `errors` true that raises RequestError. `lead` (silence) goes out just
         before the first audio.
         """
-        slot = await self._synthesis_slot()
+        slot = await self.connections.synthesis_slot()
         try:
             utterance = await self._blocking(self.speech.utterance, text, choice)
         except BaseException:
             slot.cancel()
             raise
         ahead = utterance.ahead
-        asyncio.get_running_loop().create_task(self._free_when_synthesized(ahead, slot))
+        asyncio.get_running_loop().create_task(self.connections.free_when_synthesized(ahead, slot))
         index = samples = 0
         last = None
         sent_all = False
@@ -406,19 +386,3 @@ class Handler(AsyncEventHandler):
             else:  # also when the client went away: synthesis stops after the step in progress
                 utterance.close(False)
         return utterance.cached, last
-
-    async def _synthesis_slot(self) -> asyncio.Future:
-        """Wait (in order) until fewer than max_syntheses run; the slot is freed by resolving the
-        future returned. Held while synthesis runs, not while a slow client reads."""
-        syntheses = self.connections.syntheses
-        await syntheses.acquire()
-        slot = asyncio.get_running_loop().create_future()
-        slot.add_done_callback(lambda _: syntheses.release())
-        return slot
-
-    @staticmethod
-    async def _free_when_synthesized(ahead, slot: asyncio.Future) -> None:
-        while ahead.synthesizing:
-            await asyncio.sleep(WAIT_SECONDS)
-        if not slot.done():
-            slot.set_result(None)

@@ -15,7 +15,8 @@ from .. import __version__
 from ..config import Config, Identity, WyomingConfig
 from ..speech import SpeechService
 from .announce import LANGUAGES, PROGRAM, announce, device_instance_name
-from .handler import Connections, Handler
+from .handler import Handler
+from .limits import Connections
 
 log = logging.getLogger("hayakoe_pi.wyoming")
 

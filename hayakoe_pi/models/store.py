@@ -1,0 +1,72 @@
+"""The model store: BERT, its tokenizer and the voices of one models directory, each
+prepared (prepare.py) the first time it is needed, then loaded."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from .. import layout
+from ..text import FrontEnd, VocabError
+from .bert import Bert
+from .errors import ModelError
+from .prepare import prepare
+from .voices import Voice, installed_voices, load_voice
+
+VOCAB_PATH = Path(layout.VOCAB_PATH)
+
+
+class ModelStore:
+    """BERT, its tokenizer and the voices of one models directory.
+
+    Voices are loaded on first use and share the one BERT session; only the
+    `max_voices` most recently used stay loaded, so switching voices all day
+    does not grow memory. What is derived from the model files (the split,
+    the decoder form, optimized copies) is made once, under `derived_dir`
+    (default ~/.cache/hayakoe-pi/models), by prepare.py in child processes;
+    prepared=False loads the files as they are (whole, optimized at each load).
+    """
+
+    def __init__(self, models_dir: str | Path, max_voices: int = 2, prepared: bool = True,
+                 derived_dir: str | Path | None = None):
+        self.dir = Path(models_dir).expanduser()
+        if not self.dir.is_dir():
+            raise ModelError(f"models directory not found: {self.dir}")
+        vocab = self.dir / VOCAB_PATH
+        if not vocab.is_file():
+            raise ModelError(f"BERT tokenizer vocabulary not found: {vocab}")
+        try:
+            self.frontend = FrontEnd(vocab)
+        except VocabError as e:
+            raise ModelError(str(e)) from None
+        self.derived = (Path(derived_dir) if derived_dir else default_derived_dir()) if prepared else None
+        self._prepare([])
+        self.bert = Bert(self.dir, self.derived)
+        self.max_voices = max(1, max_voices)
+        self._voices: dict[str, Voice] = {}  # in order of use, most recent last
+        self._lock = threading.Lock()
+
+    def voices(self) -> list[str]:
+        return installed_voices(self.dir)
+
+    def voice(self, name: str) -> Voice:
+        with self._lock:
+            voice = self._voices.pop(name, None)
+            if voice is None:
+                self._prepare([name])
+                voice = load_voice(self.dir, name, self.bert.hidden_size, self.derived)
+            self._voices[name] = voice
+            while len(self._voices) > self.max_voices:
+                self._voices.pop(next(iter(self._voices)))
+            return voice
+
+    def _prepare(self, voices: list[str]) -> None:
+        """Make what is missing, each model in a child process (memory: see prepare.py)."""
+        if self.derived is not None and (not voices or voices[0] in installed_voices(self.dir)):
+            prepare(self.dir, self.derived, voices)
+
+
+def default_derived_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "hayakoe-pi" / "models"
