@@ -16,9 +16,10 @@ def to_pcm16(audio: np.ndarray) -> np.ndarray:
     return (np.clip(audio, -1.0, 1.0) * 32767.0).round().astype("<i2")
 
 
-def write_wav(path: str | Path, audio: np.ndarray, sample_rate: int) -> None:
+def write_wav(path, audio: np.ndarray, sample_rate: int) -> None:
+    """To a path, or a file opened for writing in binary (closed here)."""
     # the file opened first: a path that cannot be written is a plain OSError
-    with open(path, "wb") as f, wave.open(f, "wb") as w:
+    with (path if hasattr(path, "write") else open(path, "wb")) as f, wave.open(f, "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(sample_rate)

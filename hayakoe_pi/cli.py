@@ -48,10 +48,11 @@ def _synth(args: argparse.Namespace) -> int:
     folder = Path(args.output).expanduser().absolute().parent
     if not folder.is_dir() or not os.access(folder, os.W_OK):
         raise OSError(f"cannot write {args.output}: {folder} is not a folder this user may write to")
+    output = open(args.output, "wb")  # by whoever ran it: as root, before _engine becomes the service user
     engine = _engine(args, _load_config(args), args.models, args.voice, args.speaker)
     audio = engine.synthesize(" ".join(args.text), style=args.style, speed=args.speed,
                               style_weight=args.style_weight)
-    write_wav(args.output, audio, engine.sample_rate)
+    write_wav(output, audio, engine.sample_rate)
     print(f"wrote {args.output}: {len(audio) / engine.sample_rate:.2f} s at {engine.sample_rate} Hz",
           file=sys.stderr)
     return 0
@@ -83,16 +84,27 @@ def _derived_dir(config: Config, config_given: bool) -> Path:
     return default_derived_dir()
 
 
-def _owned_like_cache(derived: Path) -> None:
-    """As root in the service's cache: what was made there goes to its owner (the service
-    user), who could not read root's files otherwise."""
-    owner = derived.parent if derived.parent.is_dir() else None
-    if os.geteuid() != 0 or owner is None or not derived.is_dir():
+def _become_owner_of(folder: Path) -> None:
+    """As root on the service's files (`sudo hayakoe-pi dict|prepare|say|check`): become the
+    folder's owner (the service user, with its groups: audio) before touching anything in it.
+    Root then never writes through a link or a name that user controls, and what is made is
+    the service's. Nothing changes for another user, or for a folder root owns or none has yet."""
+    import pwd
+
+    if os.geteuid() != 0:
         return
-    st = owner.stat()
-    for path in [derived, *derived.rglob("*")]:
-        if path.lstat().st_uid != st.st_uid or path.lstat().st_gid != st.st_gid:
-            os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)
+    try:
+        st = os.lstat(folder)  # a link planted in the folder's place is the user's too
+    except FileNotFoundError:
+        return
+    if st.st_uid == 0:
+        return
+    try:
+        os.initgroups(pwd.getpwuid(st.st_uid).pw_name, st.st_gid)
+    except KeyError:  # no such user: no supplementary groups
+        os.setgroups([])
+    os.setgid(st.st_gid)
+    os.setuid(st.st_uid)
 
 
 def _engine(args: argparse.Namespace, config: Config, models: str | Path, voice: str, speaker=None):
@@ -100,10 +112,8 @@ def _engine(args: argparse.Namespace, config: Config, models: str | Path, voice:
     from .models.store import ModelStore
 
     derived = _derived_dir(config, bool(args.config))
-    try:
-        return Engine(models, voice=voice, speaker=speaker, store=ModelStore(models, derived_dir=derived))
-    finally:
-        _owned_like_cache(derived)
+    _become_owner_of(derived.parent)
+    return Engine(models, voice=voice, speaker=speaker, store=ModelStore(models, derived_dir=derived))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -138,15 +148,13 @@ def _check(args: argparse.Namespace) -> int:
         check_models(config)
         models, name = Path(config.models.dir), config.voice.name
         derived = config.cache.models_dir  # where the service keeps its copies
+        _become_owner_of(derived.parent)
         if any(missing(models, derived, what) for what in ("bert", name)) and not _writable(derived):
             report(True, "models", f"{models}, voice {name}: not prepared yet in {derived}; the service "
                                    "prepares it when it starts (or: hayakoe-pi prepare, as the service's user)")
         else:
-            try:
-                store = ModelStore(models, derived_dir=derived)
-                voice = store.voice(name)
-            finally:
-                _owned_like_cache(derived)
+            store = ModelStore(models, derived_dir=derived)
+            voice = store.voice(name)
             report(True, "models", f"{store.dir}, voice {voice.name} ({voice.sample_rate} Hz), "
                                    f"installed: {', '.join(store.voices())}")
             if store.derived:
@@ -183,10 +191,8 @@ def _prepare(args: argparse.Namespace) -> int:
         config = _load_config(args)
         models = config.models.dir
         derived = CacheConfig(args.cache).models_dir if args.cache else config.cache.models_dir
-    try:
-        prepare(models, derived, args.voice or None, report=lambda step: print(step.line(), flush=True))
-    finally:
-        _owned_like_cache(derived)
+    _become_owner_of(derived.parent)
+    prepare(models, derived, args.voice or None, report=lambda step: print(step.line(), flush=True))
     return 0
 
 
@@ -232,6 +238,7 @@ def _dict(args: argparse.Namespace) -> int:
     from .text.dictionary import UserDictionary
 
     config = _load_config(args)
+    _become_owner_of(Path(config.dictionary.file).parent)
     words = UserDictionary(Path(config.dictionary.file), config.dictionary.max_entries)
     for problem in words.load():
         print(f"warning: {problem}", file=sys.stderr)
@@ -240,12 +247,10 @@ def _dict(args: argparse.Namespace) -> int:
         data = {"surface": args.surface, "reading": args.reading, "accent": args.accent}
         data.update({k: v for k, v in (("kind", args.kind), ("priority", args.priority)) if v is not None})
         entry = words.add(data, use=lambda entries: _use_dictionary(config, entries))  # compiles, or changes nothing
-        _owned_like_folder(words.path)
         print(f"added {entry.surface} → {entry.reading} (accent {entry.accent}, {entry.kind}, priority "
               f"{entry.priority}) to {words.path}; {reload_hint}")
     elif args.action == "remove":
         entry = words.remove(args.surface)
-        _owned_like_folder(words.path)
         print(f"removed {entry.surface} from {words.path}; {reload_hint}")
     elif args.action == "list":
         for e in sorted(words.entries.values(), key=lambda e: e.surface):
@@ -254,13 +259,6 @@ def _dict(args: argparse.Namespace) -> int:
         args.models = args.models or None
         return _frontend(args)
     return 0
-
-
-def _owned_like_folder(path: Path) -> None:
-    """As root in the service's folder: the file goes to the folder's owner (the service user)."""
-    st = path.parent.stat()
-    if os.geteuid() == 0 and path.exists() and path.stat().st_uid != st.st_uid:
-        os.chown(path, st.st_uid, st.st_gid)
 
 
 def _forget(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from .durable import durable_replace
+from .durable import write_durably
 
 log = logging.getLogger("hayakoe_pi")
 
@@ -52,10 +52,6 @@ class Receipts:
 
     def _save(self) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self._times), "utf-8")
-            tmp.chmod(0o600)
-            durable_replace(tmp, self.path)
+            write_durably(self.path, json.dumps(self._times))
         except OSError as e:
             log.warning("cannot save %s (%s): a restart would count ages anew", self.path, e)

@@ -23,7 +23,7 @@ import numpy as np
 from .ahead import SynthesisAhead, synthesize_ahead
 from .cache import PhraseCache, cache_key, voice_fingerprint
 from .config import voice_styles
-from .durable import durable_replace
+from .durable import write_durably
 from .engine import Engine
 from .models.errors import ModelError
 from .models.store import ModelStore
@@ -107,11 +107,7 @@ class SavedSelection:
     def save(self) -> None:
         data = {"volume": self.volume, "voice": self.voice, "style": self.style}
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data), "utf-8")
-            tmp.chmod(0o600)
-            durable_replace(tmp, self.path)
+            write_durably(self.path, json.dumps(data))
         except OSError as e:
             log.warning("cannot save the state to %s (%s)", self.path, e)
 

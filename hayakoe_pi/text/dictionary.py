@@ -283,12 +283,8 @@ class UserDictionary:
             swap()
 
     def save(self, entries: dict[str, Entry] | None = None) -> None:
-        from ..durable import durable_replace
+        from ..durable import write_durably
 
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = self.path.with_suffix(".tmp")
         items = [{k: v for k, v in asdict(e).items() if (k, v) not in (("kind", "proper"), ("priority", 5))}
                  for e in sorted((self.entries if entries is None else entries).values(), key=lambda e: e.surface)]
-        tmp.write_text(yaml.safe_dump(items, allow_unicode=True, sort_keys=False), "utf-8")
-        tmp.chmod(0o600)
-        durable_replace(tmp, self.path)
+        write_durably(self.path, yaml.safe_dump(items, allow_unicode=True, sort_keys=False))
