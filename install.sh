@@ -29,6 +29,7 @@
 #   HAYAKOE_MACHINE=ARCH   what `uname -m` would say (the 32-bit check).
 #   HAYAKOE_HF_BASE=URL    download models from URL/<path> instead of
 #                          https://huggingface.co/lemondouble/hayakoe/resolve/main
+#                          (plain http only here: the tests' local stand-in)
 set -euo pipefail
 umask 022  # the venv and models must be readable by the service user
 
@@ -69,6 +70,7 @@ Install or upgrade hayakoe-pi (offline Japanese text to speech over MQTT).
 
   --voice NAME        voice to install (default: voice.name from the config,
                       else $DEFAULT_VOICE), e.g. jvnv-F1-jp, jvnv-M1-jp, tsukuyomi_chan
+  --models-root DIR   allow models.dir under DIR (default: only under /var/lib)
   --models-from DIR   copy BERT and the voice from DIR (HayaKoe layout:
                       onnx/bert/q8/bert_q8.onnx, bert/tokenizer/, onnx/speakers/<voice>/)
                       instead of downloading them from Hugging Face
@@ -90,6 +92,7 @@ VOICE_ARG=""
 NAME_ARG=""
 AREA_ARG=""
 MODELS_FROM=""
+MODELS_ROOT=/var/lib
 NO_START=0
 UNINSTALL=0
 PURGE=0
@@ -99,6 +102,8 @@ while [ $# -gt 0 ]; do
         --voice=*) VOICE_ARG="${1#*=}"; shift ;;
         --models-from) [ $# -ge 2 ] || die "--models-from needs a directory"; MODELS_FROM="$2"; shift 2 ;;
         --models-from=*) MODELS_FROM="${1#*=}"; shift ;;
+        --models-root) [ $# -ge 2 ] || die "--models-root needs a directory"; MODELS_ROOT="$2"; shift 2 ;;
+        --models-root=*) MODELS_ROOT="${1#*=}"; shift ;;
         --name) [ $# -ge 2 ] || die "--name needs a name"; NAME_ARG="$2"; shift 2 ;;
         --name=*) NAME_ARG="${1#*=}"; shift ;;
         --area) [ $# -ge 2 ] || die "--area needs a name"; AREA_ARG="$2"; shift 2 ;;
@@ -393,6 +398,15 @@ MQTT_PORT="${cfg[1]}"
 TOPIC_PREFIX="${cfg[2]}"
 CONFIG_VOICE="${cfg[3]}"
 MODELS_DIR="$ROOT${cfg[4]}"
+# Root makes this folder and everything in it: never a system folder given by a typo (/var/lib,
+# /etc), never a path with .. or links in it (checked again before the models are placed).
+MODELS_ROOT="${MODELS_ROOT%/}"
+case "${cfg[4]}/" in
+    "$MODELS_ROOT"/?*/) ;;
+    *) die "models.dir ${cfg[4]} in $CONFIG must be a folder under $MODELS_ROOT/ (e.g. /var/lib/hayakoe-pi/models);" \
+        "to keep the models elsewhere, name the folder above it with --models-root DIR" ;;
+esac
+case "${cfg[4]}/" in */../* | */./* | *//*) die "models.dir ${cfg[4]} in $CONFIG must be a plain absolute path" ;; esac
 CONFIG_DEVICE="${cfg[5]}"
 DEVICE_ID="${cfg[6]}"
 DEVICE_NAME="${cfg[7]}"
@@ -560,12 +574,33 @@ published_size_and_sha() {
 
 CURL_PROGRESS=(-sS)
 if [ -t 2 ]; then CURL_PROGRESS=(--progress-bar); fi
+CURL_PROTO=(--proto "=https" --proto-redir "=https")  # never a plain http hop, even by a redirect
+if [[ "$HF_BASE" == http://* ]]; then CURL_PROTO=(--proto "=http,https" --proto-redir "=http,https"); fi
 
-download() {  # download RELATIVE_PATH required|optional
-    local rel="$1" need="$2" url="$HF_BASE/$1" dest="$MODELS_DIR/$1" part="$MODELS_DIR/$1.part"
+# Downloads and copies go to a folder only root can touch (resumable across runs), and are
+# placed into the models folder once whole and checked: root never writes through a name in a
+# folder the service user owns. The models are root's, read-only for the service.
+STAGE="$ROOT/var/tmp/hayakoe-pi-models"
+if [ -L "$STAGE" ] || { [ -e "$STAGE" ] && [ "$(stat -c %u "$STAGE")" != "$(id -u)" ]; }; then rm -rf "$STAGE"; fi
+mkdir -p "$ROOT/var/tmp"
+install -d -m 0700 "$STAGE"
+STAGED=()  # relative paths staged, to place
+
+# No link anywhere in the models folder's path or tree: the layout has none; one planted there
+# (by a compromised service account) is removed, so that nothing below is judged through it.
+models_dir_without_links() {
+    [ "$(realpath -m "$MODELS_DIR")" = "$MODELS_DIR" ] ||
+        die "models.dir $MODELS_DIR goes through a symbolic link; point models.dir at the folder itself"
+    if [ -d "$MODELS_DIR" ]; then find "$MODELS_DIR" -type l -delete; fi
+}
+models_dir_without_links
+
+download() {  # download RELATIVE_PATH required|optional (into $STAGE)
+    local rel="$1" need="$2" url="$HF_BASE/$1" dest="$MODELS_DIR/$1" part="$STAGE/$1.part"
     local headers code size sha rc
     headers="$(mktemp)"
-    code="$(curl -sSIL --connect-timeout 20 --retry 5 -o /dev/null -D "$headers" -w '%{http_code}' "$url")" ||
+    code="$(curl "${CURL_PROTO[@]}" -sSIL --connect-timeout 20 --retry 5 -o /dev/null -D "$headers" \
+        -w '%{http_code}' "$url")" ||
         { rm -f "$headers"; die "cannot reach $url (no network?); or install offline with --models-from DIR"; }
     if [ "$code" = 404 ] && [ "$need" = optional ]; then
         rm -f "$headers"
@@ -581,11 +616,11 @@ download() {  # download RELATIVE_PATH required|optional
     rm -f "$headers"
     [ "$size" != - ] || size=""
     [ "$sha" != - ] || sha=""
-    if [ -f "$dest" ] && file_matches "$dest" "$size" "$sha"; then
+    if [ -f "$dest" ] && [ ! -L "$dest" ] && file_matches "$dest" "$size" "$sha"; then
         say "  $rel: complete"
         return 0
     fi
-    mkdir -p "$(dirname "$dest")"
+    mkdir -p "$(dirname "$part")"
     if [ -f "$part" ] && [ -n "$size" ] && [ "$(stat -c %s "$part")" -gt "$size" ]; then
         rm -f "$part"  # longer than the published file: cannot be a prefix of it
     fi
@@ -598,11 +633,13 @@ download() {  # download RELATIVE_PATH required|optional
             say "  $rel: downloading${size:+ ($size bytes)}"
         fi
         rc=0
-        curl -fL --retry 5 --connect-timeout 20 "${CURL_PROGRESS[@]}" -C - -o "$part" "$url" || rc=$?
+        curl "${CURL_PROTO[@]}" -fL --retry 5 --connect-timeout 20 "${CURL_PROGRESS[@]}" -C - -o "$part" "$url" ||
+            rc=$?
         if [ "$rc" = 33 ]; then  # the server cannot resume: start over
             rm -f "$part"
             rc=0
-            curl -fL --retry 5 --connect-timeout 20 "${CURL_PROGRESS[@]}" -o "$part" "$url" || rc=$?
+            curl "${CURL_PROTO[@]}" -fL --retry 5 --connect-timeout 20 "${CURL_PROGRESS[@]}" -o "$part" "$url" ||
+                rc=$?
         fi
         [ "$rc" = 0 ] || die "downloading $rel from $url failed (curl exit code $rc); run me again to resume"
     fi
@@ -610,19 +647,18 @@ download() {  # download RELATIVE_PATH required|optional
         rm -f "$part"
         die "downloaded $rel is damaged: $MISMATCH (as published at $url); deleted it, run me again to retry"
     fi
-    mv -f "$part" "$dest"
+    STAGED+=("$rel")
 }
 
-copy_model() {  # copy RELATIVE_PATH from $MODELS_FROM
+copy_model() {  # copy RELATIVE_PATH from $MODELS_FROM (into $STAGE)
     local rel="$1" src="$MODELS_FROM/$1" dest="$MODELS_DIR/$1"
-    if [ -f "$dest" ] && cmp -s "$src" "$dest"; then
+    if [ -f "$dest" ] && [ ! -L "$dest" ] && cmp -s "$src" "$dest"; then
         say "  $rel: complete"
         return 0
     fi
-    mkdir -p "$(dirname "$dest")"
-    cp -f "$src" "$dest.part"
-    chmod 0644 "$dest.part"
-    mv -f "$dest.part" "$dest"
+    mkdir -p "$(dirname "$STAGE/$rel")"
+    cp -f "$src" "$STAGE/$rel.part"
+    STAGED+=("$rel")
     say "  $rel: copied"
 }
 
@@ -647,10 +683,22 @@ fi
 
 # --- ownership ------------------------------------------------------------------------
 step "Permissions"
+if [ ${#STAGED[@]} -gt 0 ] && have_systemd && systemctl -q is-active "$SVC.service"; then
+    systemctl stop "$SVC.service"  # nothing of the service's runs while root works in its folder
+fi
 mkdir -p "$STATE_DIR" "$CACHE_DIR" "$MODELS_DIR"
-chown -R "$OWNER" "$STATE_DIR" "$CACHE_DIR" "$MODELS_DIR"
+models_dir_without_links  # again, the service stopped
+find "$STATE_DIR" "$CACHE_DIR" -path "$MODELS_DIR" -prune -o -exec chown -h "$OWNER" {} +
 chmod 0700 "$STATE_DIR" "$CACHE_DIR"
-say "$STATE_DIR and $CACHE_DIR: owner $OWNER, mode 0700"
+if [ "$SKIP_SYSTEM" != 1 ]; then chown -R -h root:root "$MODELS_DIR"; fi
+chmod -R u+rwX,go+rX,go-w "$MODELS_DIR"
+for rel in "${STAGED[@]}"; do
+    mkdir -p "$(dirname "$MODELS_DIR/$rel")"
+    install -m 0644 "$STAGE/$rel.part" "$MODELS_DIR/$rel"  # unlinks what is there first, follows nothing
+    rm -f "$STAGE/$rel.part"
+done
+rm -rf "$STAGE"
+say "$STATE_DIR and $CACHE_DIR: owner $OWNER, mode 0700; $MODELS_DIR: the models, read-only for $SVC"
 
 # --- derived model files -------------------------------------------------------------
 # Made now, one model at a time in a child process each (a first start that made

@@ -297,6 +297,44 @@ def test_an_install_from_before_device_id_keeps_its_ids(installed, one_voice_mod
         config.write_bytes(before)
 
 
+def test_links_planted_in_the_models_folder_are_never_written_through(installed, tmp_path):
+    """A compromised service account plants links where root writes the models (the file, a folder,
+    the old temporary name): the upgrade replaces them with real files, their targets untouched."""
+    root, _ = installed
+    models = root / "var/lib/hayakoe-pi/models"
+    target = tmp_path / "etc-shadow"
+    target.write_text("keep\n")
+    voice = models / "onnx/speakers/tiny-voice"
+    (voice / "config.json").unlink()
+    (voice / "config.json").symlink_to(target)
+    (models / "onnx/bert/q8/bert_q8.onnx.part").symlink_to(target)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (voice / "style_vectors.npy").unlink()
+    shutil.move(str(models / "bert/tokenizer"), str(elsewhere / "tokenizer"))
+    (models / "bert/tokenizer").symlink_to(elsewhere / "tokenizer")
+    run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--no-start")
+    assert target.read_text() == "keep\n"
+    assert not [p for p in models.rglob("*") if p.is_symlink()]
+    for rel in voice_files("tiny-voice"):
+        assert filecmp.cmp(models / rel, FIXTURE_MODELS / rel, shallow=False), rel
+    assert all(mode(p) & 0o022 == 0 for p in models.rglob("*"))  # read-only for the service
+
+
+@pytest.mark.parametrize("models_dir", ["/var/lib", "/etc/hayakoe", "/var/lib/../../etc", "relative/models"])
+def test_a_models_dir_outside_var_lib_is_refused_before_any_change(installed, one_voice_models, models_dir):
+    root, _ = installed
+    config = root / "etc/hayakoe-pi/config.yaml"
+    before = config.read_bytes()
+    config.write_bytes(before.replace(b"dir: /var/lib/hayakoe-pi/models", f"dir: {models_dir}".encode(), 1))
+    try:
+        p = run_install(root, "--models-from", str(one_voice_models), "--no-start", check=False)
+        assert p.returncode != 0 and "models.dir" in p.stderr, p.stderr
+        assert not (root / "etc/hayakoe").exists()
+    finally:
+        config.write_bytes(before)
+
+
 def test_a_config_the_service_would_refuse_stops_the_upgrade(installed, one_voice_models):
     root, _ = installed
     config = root / "etc/hayakoe-pi/config.yaml"
@@ -470,12 +508,15 @@ def test_partial_download_is_resumed(downloaded, hub):
     root, _ = downloaded
     rel = "onnx/speakers/tiny-voice/synthesizer.onnx"
     final = root / "var/lib/hayakoe-pi/models" / rel
+    part = root / "var/tmp/hayakoe-pi-models" / f"{rel}.part"  # root's own staging folder
     data = (FIXTURE_MODELS / rel).read_bytes()
     final.unlink()
-    final.with_name(final.name + ".part").write_bytes(data[:len(data) // 2])
+    part.parent.mkdir(parents=True)
+    part.parent.parent.parent.parent.chmod(0o700)
+    part.write_bytes(data[:len(data) // 2])
     download_again(root, hub, "--voice", "tiny-voice")
     assert final.read_bytes() == data
-    assert not final.with_name(final.name + ".part").exists()
+    assert not part.exists()
     gets = [(path, rng) for method, path, rng in FakeHub.requests if method == "GET"]
     assert gets and all(rel in path for path, _ in gets), gets  # nothing else fetched
     assert (f"/cdn/{rel}", f"bytes={len(data) // 2}-") in gets
@@ -494,7 +535,7 @@ def test_corrupted_download_fails_and_leaves_nothing(downloaded, hub):
     assert p.returncode != 0
     assert rel in p.stderr and "sha256" in p.stderr, p.stderr
     print(p.stderr)
-    assert not final.exists() and not final.with_name(final.name + ".part").exists()
+    assert not final.exists() and not list(root.rglob("style_vectors.npy.part"))
     # A re-run against an honest server repairs it.
     download_again(root, hub, "--voice", "tiny-voice")
     assert final.read_bytes() == (FIXTURE_MODELS / rel).read_bytes()
