@@ -2,6 +2,7 @@
 # Install, upgrade or remove hayakoe-pi on Raspberry Pi OS bookworm / Debian 12.
 #
 #   sudo ./install.sh [--voice NAME] [--models-from DIR] [--name NAME] [--area AREA] [--no-start]
+#                     [--lan-broker [--lan-interface IFACE]...]
 #   sudo ./install.sh --uninstall [--purge]
 #
 # Installs the apt packages it needs, a system user "hayakoe-pi" (in group
@@ -48,6 +49,7 @@ STATE_DIR="$ROOT/var/lib/hayakoe-pi"
 CACHE_DIR="$ROOT/var/cache/hayakoe-pi"
 UNIT="$ROOT/etc/systemd/system/hayakoe-pi.service"
 MOSQUITTO_CONF="$ROOT/etc/mosquitto/conf.d/hayakoe-pi.conf"
+MOSQUITTO_PASSWORDS="$ROOT/etc/mosquitto/hayakoe-pi.passwd"  # the LAN listener's users (--lan-broker)
 APT_PACKAGES=(python3-venv python3-pip libportaudio2 alsa-utils curl ca-certificates)
 # The model layout and the default voice come from the package (hayakoe_pi/layout.py): the
 # default voice read from it as text (a minimal system has no python3 before the apt step),
@@ -78,6 +80,13 @@ Install or upgrade hayakoe-pi (offline Japanese text to speech over MQTT).
                       host name); its device.id, the part of its MQTT topics, is made
                       from it and /etc/machine-id on the first install and then kept
   --area AREA         the Home Assistant area to suggest for it, e.g. Kitchen
+  --lan-broker        open the local broker to the LAN (Home Assistant on another
+                      host): a listener that wants a user name and password on each
+                      network interface; makes users for Home Assistant and the
+                      service and prints Home Assistant's; this machine's own
+                      listener (127.0.0.1) stays as it is
+  --lan-interface I   the interface(s) to listen on (default: every wired and
+                      wireless one, e.g. eth0 and wlan0); implies --lan-broker
   --no-start          install and enable the service, but do not (re)start it
   --uninstall         stop and remove the service and /opt/hayakoe-pi; keep the
                       config (/etc/hayakoe-pi), models and cache
@@ -91,6 +100,8 @@ EOF
 VOICE_ARG=""
 NAME_ARG=""
 AREA_ARG=""
+LAN_BROKER=0
+LAN_INTERFACES=()
 MODELS_FROM=""
 MODELS_ROOT=/var/lib
 NO_START=0
@@ -108,6 +119,10 @@ while [ $# -gt 0 ]; do
         --name=*) NAME_ARG="${1#*=}"; shift ;;
         --area) [ $# -ge 2 ] || die "--area needs a name"; AREA_ARG="$2"; shift 2 ;;
         --area=*) AREA_ARG="${1#*=}"; shift ;;
+        --lan-broker) LAN_BROKER=1; shift ;;
+        --lan-interface) [ $# -ge 2 ] || die "--lan-interface needs a name"; LAN_BROKER=1
+            LAN_INTERFACES+=("$2"); shift 2 ;;
+        --lan-interface=*) LAN_BROKER=1; LAN_INTERFACES+=("${1#*=}"); shift ;;
         --no-start) NO_START=1; shift ;;
         --uninstall) UNINSTALL=1; shift ;;
         --purge) PURGE=1; shift ;;
@@ -198,7 +213,7 @@ uninstall() {
         rm -rf "$ETC_DIR" "$STATE_DIR" "$CACHE_DIR" "$ROOT/etc/systemd/system/$SVC.service.d" "$ROOT/root/.cache/hayakoe-pi"
         say "removed $ETC_DIR, $STATE_DIR (models, state) and $CACHE_DIR"
         if [ -f "$MOSQUITTO_CONF" ]; then
-            rm -f "$MOSQUITTO_CONF"
+            rm -f "$MOSQUITTO_CONF" "$MOSQUITTO_PASSWORDS"
             say "removed $MOSQUITTO_CONF (the mosquitto package itself stays)"
             if have_systemd; then systemctl try-restart mosquitto.service || true; fi
         fi
@@ -302,7 +317,7 @@ try:
 except ConfigError as e:
     sys.exit(f"install.sh: error: {e}")
 for value in (c.mqtt.host, c.mqtt.port, c.mqtt.topic_prefix, c.voice.name, c.models.dir, c.audio.device,
-              c.device.id, c.device.name, c.device.area):
+              c.device.id, c.device.name, c.device.area, c.mqtt.username):
     print("" if value is None else str(value).replace("\n", " "))
 EOF
 }
@@ -392,7 +407,7 @@ fi
 own_config "$CONFIG"
 
 mapfile -t cfg < <(read_config "$CONFIG")
-[ ${#cfg[@]} -eq 9 ] || die "could not read $CONFIG (above); fix it and run me again"
+[ ${#cfg[@]} -eq 10 ] || die "could not read $CONFIG (above); fix it and run me again"
 MQTT_HOST="${cfg[0]}"
 MQTT_PORT="${cfg[1]}"
 TOPIC_PREFIX="${cfg[2]}"
@@ -411,6 +426,7 @@ CONFIG_DEVICE="${cfg[5]}"
 DEVICE_ID="${cfg[6]}"
 DEVICE_NAME="${cfg[7]}"
 DEVICE_AREA="${cfg[8]}"
+MQTT_USER="${cfg[9]}"
 
 # --name and --area on an upgrade: the untouched config takes them, an edited one is pointed out
 if { [ -n "$NAME_ARG" ] && [ "$NAME_ARG" != "$DEVICE_NAME" ]; } ||
@@ -473,12 +489,52 @@ fi
 # shellcheck disable=SC2016  # $1 and $2 belong to the inner bash
 broker_answers() { timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null; }
 
-# The broker drop-in this version writes (mosquitto/hayakoe-pi.conf) for this machine only.
+# The broker drop-in this version writes (mosquitto/make-conf): for this machine only, and
+# with --lan-broker (or a drop-in that had it) a listener wanting a password on the LAN.
 our_mosquitto_conf() {
     local listen=127.0.0.1
     if [ "$MQTT_HOST" = "::1" ]; then listen="::1"; fi
-    sed -e "s/@PORT@/$MQTT_PORT/" -e "s/@ADDRESS@/$listen/" "$SRC/mosquitto/hayakoe-pi.conf"
+    if [ ${#LAN_INTERFACES[@]} -gt 0 ]; then
+        "$SRC/mosquitto/make-conf" "$MQTT_PORT" "$listen" "${MOSQUITTO_PASSWORDS#"$ROOT"}" "${LAN_INTERFACES[@]}"
+    else
+        "$SRC/mosquitto/make-conf" "$MQTT_PORT" "$listen"
+    fi
 }
+
+# --lan-broker: the interfaces (named, those the drop-in had, else every physical one), and
+# the users: one for Home Assistant, one for the service, each with its own random password,
+# kept (for printing again) in a file only root reads.
+LAN_CREDENTIALS="$ETC_DIR/mqtt-lan-credentials"
+if [ "$LAN_BROKER" = 0 ] && [ -f "$MOSQUITTO_CONF" ] && grep -q '^bind_interface ' "$MOSQUITTO_CONF"; then
+    LAN_BROKER=1  # kept on upgrade
+    [ ${#LAN_INTERFACES[@]} -gt 0 ] || mapfile -t LAN_INTERFACES < <(sed -n 's/^bind_interface //p' "$MOSQUITTO_CONF")
+fi
+if [ "$LAN_BROKER" = 1 ] && [ ${#LAN_INTERFACES[@]} -eq 0 ]; then
+    for net in /sys/class/net/*; do
+        case "$(readlink -f "$net")" in */virtual/*) continue ;; esac  # lo, bridges, docker, veth
+        LAN_INTERFACES+=("$(basename "$net")")
+    done
+    [ ${#LAN_INTERFACES[@]} -gt 0 ] || die "--lan-broker: no network interface found; name one with --lan-interface"
+fi
+
+lan_users() {
+    local user password
+    touch "$LAN_CREDENTIALS"
+    chmod 0600 "$LAN_CREDENTIALS"
+    for user in homeassistant hayakoe-pi; do
+        if ! grep -q "^$user:" "$MOSQUITTO_PASSWORDS" 2>/dev/null || ! grep -q "^$user " "$LAN_CREDENTIALS"; then
+            password="$(head -c 18 /dev/urandom | base64 | tr -d '/+=')"
+            if [ -f "$MOSQUITTO_PASSWORDS" ]; then mosquitto_passwd -b "$MOSQUITTO_PASSWORDS" "$user" "$password"
+            else mosquitto_passwd -c -b "$MOSQUITTO_PASSWORDS" "$user" "$password"; fi
+            sed -i "/^$user /d" "$LAN_CREDENTIALS"
+            printf '%s %s\n' "$user" "$password" >>"$LAN_CREDENTIALS"
+        fi
+    done
+    chown mosquitto:mosquitto "$MOSQUITTO_PASSWORDS"
+    chmod 0640 "$MOSQUITTO_PASSWORDS"
+}
+
+lan_password() { sed -n "s/^$1 //p" "$LAN_CREDENTIALS"; }
 
 # Write it and (re)start the broker with it.
 install_mosquitto_conf() {
@@ -497,9 +553,23 @@ install_mosquitto_conf() {
 if [ "$SKIP_SYSTEM" != 1 ]; then
     case "$MQTT_HOST" in
         localhost | 127.0.0.1 | ::1)
-            if [ -f "$MOSQUITTO_CONF" ] && head -n 1 "$MOSQUITTO_CONF" | grep -q "^# Written by hayakoe-pi" &&
+            if [ "$LAN_BROKER" = 1 ]; then
+                step "MQTT broker: open to the LAN on ${LAN_INTERFACES[*]}, with a password"
+                apt_install mosquitto mosquitto-clients
+                lan_users
+                install_mosquitto_conf
+                if [ -z "$MQTT_USER" ] && [ "$CONFIG_IS_DEFAULT" = 1 ]; then
+                    sed -i -E -e "/^mqtt:/,/^[^[:space:]#]/ s/^(  username:[[:space:]]*)null/\1hayakoe-pi/" \
+                        -e "/^mqtt:/,/^[^[:space:]#]/ s/^(  password:[[:space:]]*)null/\1\"$(lan_password hayakoe-pi)\"/" \
+                        "$CONFIG"
+                    say "set mqtt.username and mqtt.password (the service's own user) in $CONFIG"
+                elif [ -z "$MQTT_USER" ]; then
+                    warn "$CONFIG is yours: to give the service its own user, set mqtt.username: hayakoe-pi and" \
+                        "mqtt.password: (in $LAN_CREDENTIALS)"
+                fi
+            elif [ -f "$MOSQUITTO_CONF" ] && head -n 1 "$MOSQUITTO_CONF" | grep -q "^# Written by hayakoe-pi" &&
                 ! our_mosquitto_conf | cmp -s - "$MOSQUITTO_CONF"; then
-                step "MQTT broker: updating the drop-in an older version wrote (keeps messages across a power cut)"
+                step "MQTT broker: updating the drop-in an older version wrote (this machine only, per listener)"
                 install_mosquitto_conf
             elif broker_answers "$MQTT_HOST" "$MQTT_PORT"; then
                 step "MQTT broker: one answers on $MQTT_HOST:$MQTT_PORT, leaving it alone"
@@ -738,6 +808,11 @@ else
 fi
 
 say ""
+if [ "$LAN_BROKER" = 1 ] && [ "$SKIP_SYSTEM" != 1 ]; then
+    say "Home Assistant (Settings > Devices & services > Add integration > MQTT): broker $(cat /proc/sys/kernel/hostname 2>/dev/null || echo this-pi).local" \
+        "(or its address), port $MQTT_PORT, user homeassistant, password $(lan_password homeassistant)" \
+        "(kept in $LAN_CREDENTIALS, readable by root only)"
+fi
 if [ "$RUNNING" = 1 ]; then
     say "Done. Make it speak: mosquitto_pub -h $MQTT_HOST -p $MQTT_PORT -t $TOPIC_PREFIX/say -m 'こんにちは'   Logs: journalctl -u $SVC -f"
 else
