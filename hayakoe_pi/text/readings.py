@@ -57,6 +57,7 @@ from functools import lru_cache
 
 import pyopenjtalk
 
+from .english import CAPITAL_WORDS
 from .numbers import english_number as _english_number
 from .numbers import number_to_kanji
 from .numbers import read_number as _read_number
@@ -80,7 +81,6 @@ _UNITS: dict[str, tuple[str, str]] = {
 _FRACTIONS = _DATA["fractions"]
 _KNOWN: dict[str, str] = dict(_DATA["known_words"])
 _KNOWN_CI: dict[str, str] = {k.lower(): v for k, v in _DATA["known_words_ignore_case"].items()}
-ENGLISH_WORDS: dict[str, str] = {k.lower(): v for k, v in _DATA["english_words"].items()}
 
 # ---------------------------------------------------------------------------
 # Patterns
@@ -278,6 +278,8 @@ def _dictionary_acronym(letters: str) -> str | None:
 
 
 def _acronym(m: re.Match) -> str:
+    if m["ac_l"] in CAPITAL_WORDS and not m["ac_n"]:  # a word in capitals (DOOR): english.py reads it
+        return m.group()
     known = _dictionary_acronym(m["ac_l"])
     if known and "K" in m["ac_l"]:  # ケー, as broadcasters and everyday speech say K (OpenJTalk: ケイ)
         known = known.replace("ケイ", _LETTERS["K"])

@@ -1,0 +1,168 @@
+"""English words in Japanese text, read in katakana: Apple Watch → アップルウォッチ.
+
+Each run of Latin letters left after the readings table (numbers, units,
+acronyms, known words: readings.py) is read here, first found wins:
+
+1. the table's English words (``english_words`` in data/readings.yaml), which
+   hold the readings users say (roomba → ルンバ, not kanalizer's ルームバ);
+2. camel case read part by part (SmartThings → スマート + シングズ, TPLink →
+   ティーピー + リンク), when every part can be read;
+3. OpenJTalk's own dictionary, when it knows the word whole (mail → メール,
+   device → デバイス): what the reference front end reads, in the spelling
+   Japanese uses for loanwords;
+4. kanalizer, VOICEVOX's English-to-kana model (eufy → ユーフィー), for a word
+   of 3 or more letters not all in capitals, or in capitals that the table
+   lists as a word (``capital_words``: ALARM → アラーム, not エーエルエーアールエム).
+
+Anything else is left as it was before kanalizer: OpenJTalk's reading if it
+has one, else the letters, which OpenJTalk spells. The words of a name
+written with spaces (Front Door) lose the spaces later in normalization, so
+the name is one run of katakana, with no pause inside. Readings are cached
+per word. Without kanalizer (not installed, or failing) the same text is
+still read, as before, after one warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from functools import lru_cache
+
+import pyopenjtalk
+
+from .table import TABLE
+
+__all__ = ["CAPITAL_WORDS", "ENGLISH_WORDS", "clear_cache", "read_latin_words"]
+
+log = logging.getLogger("hayakoe_pi")
+
+ENGLISH_WORDS: dict[str, str] = {k.lower(): v for k, v in TABLE["english_words"].items()}
+CAPITAL_WORDS: frozenset[str] = frozenset(TABLE["capital_words"])
+_LETTERS: dict[str, str] = TABLE["letters"]
+MIN_GUESSED_LETTERS = 3  # shorter words (is, on, my) are left to OpenJTalk
+MAX_GUESSED_LETTERS = 24  # longer runs are codes or tokens, not words
+MAX_ACRONYM_LETTERS = 5  # readings.py spells 2-5 capitals; longer ones are left as they are
+
+_LATIN_WORD_RE = re.compile(r"[A-Za-z]+")
+# Home, Pod; TP, Link; eufy, Cam
+_CAMEL_PARTS_RE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+
+
+# --- OpenJTalk's dictionary -----------------------------------------------------------------
+
+@lru_cache(maxsize=4096)
+def _openjtalk(word: str) -> tuple[str | None, bool]:
+    """(OpenJTalk's katakana reading of a Latin word, whether it knows it as a whole word).
+
+    Unknown words come back as fillers spelled letter by letter: no reading.
+    A reading put together from letter names (done → ディー + オン + イー) is
+    a reading, but not of a word.
+    """
+    features = pyopenjtalk.run_frontend(word)
+    if any(f["pos"] == "フィラー" for f in features):
+        return None, False
+    reading = "".join(f["pron"] for f in features if f["pron"]).replace("’", "")
+    return reading or None, bool(reading) and all(f["pos"] != "記号" for f in features)
+
+
+def _dictionary_word(word: str) -> str | None:
+    """OpenJTalk's reading of a word it knows whole, as written or in another case (Device, device)."""
+    for variant in dict.fromkeys((word, word.lower(), word.capitalize())):
+        reading, whole = _openjtalk(variant)
+        if whole:
+            return reading
+    return None
+
+
+# --- kanalizer ---------------------------------------------------------------------------------
+
+_kanalizer = None  # the module once imported; False when it is missing or failed (warned once)
+
+
+def _unavailable(problem: Exception) -> None:
+    global _kanalizer
+    _kanalizer = False
+    log.warning("kanalizer cannot be used (%s: %s); English words outside the readings table are read as "
+                "before: OpenJTalk's dictionary, else spelled", type(problem).__name__, problem)
+
+
+def _kanalizer_module():
+    global _kanalizer
+    if _kanalizer is None:
+        try:
+            import kanalizer
+        except Exception as e:  # not installed, or a wheel that does not load on this machine
+            _unavailable(e)
+        else:
+            _kanalizer = kanalizer
+    return _kanalizer or None
+
+
+@lru_cache(maxsize=4096)
+def _guess(word: str) -> str | None:
+    """kanalizer's katakana for a lower-case word; None without kanalizer or when it gives none."""
+    kanalizer = _kanalizer_module()
+    if kanalizer is None:
+        return None
+    try:
+        return kanalizer.convert(word, on_incomplete="error") or None
+    except kanalizer.IncompleteConversionError:
+        log.debug("kanalizer has no reading for %r", word)
+        return None
+    except Exception as e:  # a broken model or library: stop asking it
+        _unavailable(e)
+        return None
+
+
+def guessable(word: str) -> bool:
+    if not MIN_GUESSED_LETTERS <= len(word) <= MAX_GUESSED_LETTERS:
+        return False
+    return not word.isupper() or word in CAPITAL_WORDS
+
+
+# --- words ---------------------------------------------------------------------------------------
+
+def _part(part: str) -> str | None:
+    """The reading of one part of a camel-case name, None when it has none."""
+    if part.isupper() and part not in CAPITAL_WORDS and len(part) <= MAX_ACRONYM_LETTERS:
+        return "".join(_LETTERS[c] for c in part)  # TP of TPLink, Q of myQ
+    known = ENGLISH_WORDS.get(part.lower()) or _dictionary_word(part)
+    if known:
+        return known
+    return _guess(part.lower()) if guessable(part) else None
+
+
+def _camel_case(word: str) -> str | None:
+    parts = _CAMEL_PARTS_RE.findall(word)
+    if len(parts) < 2 or "".join(parts) != word:
+        return None
+    readings = [_part(p) for p in parts]
+    return "".join(readings) if all(readings) else None
+
+
+@lru_cache(maxsize=4096)
+def latin_word(word: str) -> str:
+    """The reading of one run of Latin letters (the word itself when it has none)."""
+    capitals = word.isupper()
+    if capitals and len(word) <= MAX_ACRONYM_LETTERS and word not in CAPITAL_WORDS:
+        # an acronym (readings.py spelled those it knows how to): as OpenJTalk reads it
+        return _openjtalk(word)[0] or word
+    known = ENGLISH_WORDS.get(word.lower())
+    if known:
+        return known
+    if not guessable(word):
+        return _openjtalk(word)[0] or word
+    reading = _camel_case(word) or _dictionary_word(word) or _guess(word.lower())
+    return reading or _openjtalk(word)[0] or word
+
+
+def read_latin_words(text: str) -> str:
+    # Read word by word: left in place, the spaces between English words would
+    # be dropped later and the words run together into one spelled-out blob.
+    return _LATIN_WORD_RE.sub(lambda m: latin_word(m.group()), text)
+
+
+def clear_cache() -> None:
+    """Forget the readings that came from OpenJTalk (its words changed: a new user dictionary)."""
+    _openjtalk.cache_clear()
+    latin_word.cache_clear()
