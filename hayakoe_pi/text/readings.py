@@ -62,7 +62,9 @@ from .numbers import english_number as _english_number
 from .numbers import number_to_kanji
 from .numbers import read_number as _read_number
 from .numbers import spoken_digits as _spoken_digits
+from .ranges import mark_ranges
 from .table import TABLE as _DATA
+from .table import alternation
 
 __all__ = ["expand_readings", "number_to_kanji"]
 
@@ -86,10 +88,6 @@ _KNOWN_CI: dict[str, str] = {k.lower(): v for k, v in _DATA["known_words_ignore_
 # Patterns
 
 
-def _alt(words) -> str:
-    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
-
-
 # Atomic: a number is never cut short to let a later part of a pattern match.
 _NUMBER = r"(?>(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?)"
 
@@ -110,7 +108,7 @@ _SIGN_CHARS = re.escape("".join(_SIGNS))
 _SIGN = rf"(?<![0-9A-Za-z{_SIGN_CHARS}])[{_SIGN_CHARS}]"
 _CUR = f"[{re.escape(''.join(_CURRENCY))}]"
 _TILDE = "[〜~～]"
-_AMPM = f"(?:{_alt(_AM_PM)})"
+_AMPM = f"(?:{alternation(_AM_PM)})"
 
 
 def _known_pattern(word: str, ignore_case: bool) -> str:
@@ -127,20 +125,12 @@ _KNOWN_RE = "|".join(
     + [_known_pattern(w, True) for w in sorted(_KNOWN_CI, key=len, reverse=True)]
 )
 
-# Range marks between a number (with its unit or counter) and the next number
-# become から before anything else is read: 10℃〜20℃, 10時〜12時, 3〜5人.
-_RANGE_COUNTERS = f"(?:{_alt(list(_UNITS) + _DATA['range_counters'])})"
-_TILDE_RANGE_RE = re.compile(
-    rf"(\d(?::\d\d)?{_RANGE_COUNTERS}?)[ ]*{_TILDE}[ ]*(?=[{_SIGN_CHARS}]?{_CUR}?\d)"
-)
-_HYPHEN_RANGE_RE = re.compile(rf"(\d{_RANGE_COUNTERS})[ ]*[-–][ ]*(?={_CUR}?\d)")
-
 _WEEKDAYS: dict[str, str] = _DATA["weekdays"]
-_WEEKDAY = f"(?:{_alt(_WEEKDAYS)})"
+_WEEKDAY = f"(?:{alternation(_WEEKDAYS)})"
 
 _RULES: list[tuple[str, str]] = [
     ("known", _KNOWN_RE),
-    ("version", rf"(?<![A-Za-z])(?P<ve_m>{_alt(_VERSION_MARKERS)}) ?(?P<ve_n>\d+(?:\.\d+)+)(?!\d)"),
+    ("version", rf"(?<![A-Za-z])(?P<ve_m>{alternation(_VERSION_MARKERS)}) ?(?P<ve_n>\d+(?:\.\d+)+)(?!\d)"),
     ("postal", r"〒 ?(?P<po_a>\d{3})-(?P<po_b>\d{4})(?!\d)"),
     ("ymd", r"(?<![\d.])(?P<ymd_y>\d{4})(?P<ymd_s>[/\-.])(?P<ymd_m>0?[1-9]|1[0-2])(?P=ymd_s)"
             r"(?P<ymd_d>0?[1-9]|[12]\d|3[01])(?![\d/]|\.\d)(?:T(?=\d{1,2}:\d\d))?"),
@@ -162,7 +152,7 @@ _RULES: list[tuple[str, str]] = [
     ("ordinal", r"(?<![\d.A-Za-z])(?P<or_n>\d+)(?P<or_s>st|nd|rd|th)(?![A-Za-z])"),
     ("money", rf"(?P<c_sign>{_SIGN})?(?P<c_cur>{_CUR}) ?(?P<c_1>{_NUMBER})(?P<c_x1>[万億兆]*)"
               rf"(?:\s*(?:から|{_TILDE}|[-–])\s*{_CUR}? ?(?P<c_2>{_NUMBER})(?P<c_x2>[万億兆]*))?"
-              rf"(?P<c_dup>{_alt(set(_CURRENCY.values()))})?"),
+              rf"(?P<c_dup>{alternation(set(_CURRENCY.values()))})?"),
     ("number", rf"(?P<n_s1>{_SIGN})?(?P<n_1>{_NUMBER})"
                rf"(?: ?(?P<n_u1>{_UNIT})"
                rf"|\s*(?:から|{_TILDE}|[-–](?=[{_SIGN_CHARS}]?{_NUMBER} ?{_UNIT}))\s*"
@@ -171,10 +161,10 @@ _RULES: list[tuple[str, str]] = [
 ]
 _MASTER_RE = re.compile("|".join(f"(?P<{name}>{pat})" for name, pat in _RULES))
 
-_FRACTION_AFTER_RE = re.compile(f"(?:{_alt(_FRACTIONS['followed_by'])})")
+_FRACTION_AFTER_RE = re.compile(f"(?:{alternation(_FRACTIONS['followed_by'])})")
 _WEEKDAY_AFTER_RE = re.compile(rf" ?[(\[]?[{''.join(_FRACTIONS['weekdays'])}](?:曜|[)\]])")
-_DATE_AFTER_RE = re.compile(f"(?:{_alt(_FRACTIONS['date_after'])})")
-_DATE_BEFORE_RE = re.compile(f"(?:{_alt(_FRACTIONS['date_before'])})[はがの:：]? ?$")
+_DATE_AFTER_RE = re.compile(f"(?:{alternation(_FRACTIONS['date_after'])})")
+_DATE_BEFORE_RE = re.compile(f"(?:{alternation(_FRACTIONS['date_before'])})[はがの:：]? ?$")
 _DATE_RANGE_AFTER_RE = re.compile(rf" ?(?:{_TILDE}|から|-) ?\d{{1,2}}/\d{{1,2}}(?!\d)")
 _DATE_RANGE_BEFORE_RE = re.compile(rf"(?<![\d/])\d{{1,2}}/\d{{1,2}} ?(?:{_TILDE}|から|-) ?$")
 _ANY_TARGET_RE = re.compile(r"[0-9A-Za-z%°℃℉¥$€£₩‰Ωμ×]")
@@ -336,6 +326,5 @@ def expand_readings(text: str) -> str:
     """
     if not _ANY_TARGET_RE.search(text):
         return text
-    text = _TILDE_RANGE_RE.sub(lambda m: m[1] + _W["range"], text)
-    text = _HYPHEN_RANGE_RE.sub(lambda m: m[1] + _W["range"], text)
+    text = mark_ranges(text)
     return _MASTER_RE.sub(_dispatch, text)

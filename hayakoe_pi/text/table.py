@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -10,3 +11,8 @@ TABLE: dict = yaml.load(
     (Path(__file__).resolve().parent / "data" / "readings.yaml").read_text(encoding="utf-8"),
     Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader),
 )
+
+
+def alternation(words) -> str:
+    """A regex alternation of table words, longest first (so 時間 is tried before 時)."""
+    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
