@@ -25,6 +25,7 @@ from .config import voice_styles
 from .engine import Engine, pause_samples
 from .models import ModelError, ModelStore
 from .text.dictionary import Entry, UserDictionary, active_words, prepare, use
+from .text.inline import InlineReadingError, check_inline_readings
 from .weights import durable_replace
 
 log = logging.getLogger("hayakoe_pi")
@@ -152,7 +153,16 @@ class SpeechService:
         text = text.strip()
         if not text:
             raise SpeechError("empty text: nothing to speak", "empty-text")
+        self.check_readings(text)
         return text
+
+    @staticmethod
+    def check_readings(text: str) -> None:
+        """The readings written into a text (明日《アス》): SpeechError unless each is katakana."""
+        try:
+            check_inline_readings(text)
+        except InlineReadingError as e:
+            raise SpeechError(str(e), "bad-reading") from None
 
     def check_part(self, text, chars_before: int) -> None:
         """One part of a text that arrives in parts, `chars_before` characters already in."""

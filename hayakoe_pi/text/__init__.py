@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .g2p import TextError, g2p
+from .inline import InlineReadingError
 from .normalize import normalize_text
 from .phonemes import JP_LANGUAGE_ID, JP_TONE_OFFSET, SYMBOL_ID
 from .tokenizer import CharTokenizer, VocabError
@@ -44,7 +45,10 @@ class FrontEnd:
         self.add_blank = add_blank
 
     def analyze(self, text: str) -> Analysis:
-        norm = normalize_text(text)
+        try:
+            norm = normalize_text(text)
+        except InlineReadingError as e:
+            raise TextError(str(e)) from None
         result = g2p(norm)
         input_ids = self.tokenizer.encode(result.bert_text)
         if len(input_ids) != len(result.word2ph):

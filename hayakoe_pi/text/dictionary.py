@@ -51,6 +51,15 @@ def moras(reading: str) -> int:
     return sum(c not in _SMALL_KANA for c in reading)
 
 
+def reading_problem(reading) -> str | None:
+    """What is wrong with a reading (katakana, as a word starts, at most MAX_READING_MORAS moras), or None."""
+    if not isinstance(reading, str) or not _KATAKANA_RE.fullmatch(reading) or reading[0] in _SMALL_KANA | {"ー"}:
+        return "must be katakana (e.g. ハルト)"
+    if moras(reading) > MAX_READING_MORAS:
+        return f"is longer than {MAX_READING_MORAS} moras"
+    return None
+
+
 def _full_width(text: str) -> str:
     """As OpenJTalk hands text to MeCab: ASCII in its full-width form."""
     return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in text)
@@ -91,11 +100,10 @@ def check_entry(data) -> Entry:
     reading = data.get("reading")
     if isinstance(reading, str):
         reading = unicodedata.normalize("NFKC", reading.strip())
-    if not isinstance(reading, str) or not _KATAKANA_RE.fullmatch(reading) or reading[0] in _SMALL_KANA | {"ー"}:
-        raise ValueError(f"reading {reading!r} of {surface} must be katakana (e.g. ハルト)")
+    problem = reading_problem(reading)
+    if problem:
+        raise ValueError(f"reading {reading!r} of {surface} {problem}")
     count = moras(reading)
-    if count > MAX_READING_MORAS:
-        raise ValueError(f"reading of {surface} is longer than {MAX_READING_MORAS} moras")
     accent = data.get("accent")
     if isinstance(accent, bool) or not isinstance(accent, int) or not 0 <= accent <= count:
         raise ValueError(f"accent of {surface} must be a whole number from 0 (flat) to {count} "

@@ -4,7 +4,8 @@ The output holds only what OpenJTalk can read plus seven punctuation marks
 (! ? … , . ' -): kana, kanji, Latin and Greek letters. For ordinary Japanese
 it is identical to Style-Bert-VITS2's normalizer (models were trained on that
 text); numbers, units and acronyms go through our own readings first
-(readings.py), English words through english.py.
+(readings.py), English words through english.py, and a reading written into
+the text (明日《アス》, inline.py) replaces its word before anything else.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 import unicodedata
 
 from .english import clear_cache, read_latin_words
+from .inline import apply_inline_readings
 from .phonemes import PUNCTUATIONS
 from .readings import expand_readings
 
@@ -61,7 +63,8 @@ def _readings(text: str) -> str:
 
 
 def normalize_text(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text)
+    """The text as g2p reads it; InlineReadingError (a ValueError) for a reading in it that is not katakana."""
+    text = apply_inline_readings(unicodedata.normalize("NFKC", text))
     protected = _protected
     if protected is None:
         text = _readings(text)
