@@ -7,9 +7,11 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import english
 from .g2p import TextError, g2p
 from .inline import InlineReadingError
 from .normalize import normalize_text
@@ -43,6 +45,8 @@ class FrontEnd:
     def __init__(self, vocab_path: str | Path, add_blank: bool = True):
         self.tokenizer = CharTokenizer(vocab_path)
         self.add_blank = add_blank
+        # kanalizer's model loads while the voices do, not on the first English word
+        threading.Thread(target=english.warm_up, name="kanalizer-warm-up", daemon=True).start()
 
     def analyze(self, text: str) -> Analysis:
         try:

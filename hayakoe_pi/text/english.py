@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from functools import lru_cache
 
 import pyopenjtalk
 
 from .table import TABLE
 
-__all__ = ["CAPITAL_WORDS", "ENGLISH_WORDS", "clear_cache", "read_latin_words"]
+__all__ = ["CAPITAL_WORDS", "ENGLISH_WORDS", "clear_cache", "read_latin_words", "warm_up"]
 
 log = logging.getLogger("hayakoe_pi")
 
@@ -77,25 +78,46 @@ def _dictionary_word(word: str) -> str | None:
 # --- kanalizer ---------------------------------------------------------------------------------
 
 _kanalizer = None  # the module once imported; False when it is missing or failed (warned once)
+_kanalizer_lock = threading.Lock()  # the warm-up thread and the first text may both reach for it
 
 
-def _unavailable(problem: Exception) -> None:
-    global _kanalizer
-    _kanalizer = False
+def _warn(problem: Exception) -> None:
     log.warning("kanalizer cannot be used (%s: %s); English words outside the readings table are read as "
                 "before: OpenJTalk's dictionary, else spelled", type(problem).__name__, problem)
 
 
+def _unavailable(problem: Exception) -> None:
+    global _kanalizer
+    with _kanalizer_lock:
+        warned, _kanalizer = _kanalizer is False, False
+    if not warned:
+        _warn(problem)
+
+
 def _kanalizer_module():
     global _kanalizer
-    if _kanalizer is None:
-        try:
-            import kanalizer
-        except Exception as e:  # not installed, or a wheel that does not load on this machine
-            _unavailable(e)
-        else:
-            _kanalizer = kanalizer
+    problem = None
+    with _kanalizer_lock:
+        if _kanalizer is None:
+            try:
+                import kanalizer
+            except Exception as e:  # not installed, or a wheel that does not load on this machine
+                _kanalizer, problem = False, e
+            else:
+                _kanalizer = kanalizer
+    if problem is not None:
+        _warn(problem)
     return _kanalizer or None
+
+
+def warm_up() -> None:
+    """Load kanalizer's model now (60 ms on a desktop CPU) rather than on the first English word."""
+    kanalizer = _kanalizer_module()
+    if kanalizer is not None:
+        try:
+            kanalizer.convert("a")
+        except Exception as e:
+            _unavailable(e)
 
 
 @lru_cache(maxsize=4096)
