@@ -59,6 +59,7 @@ def test_the_table_comes_before_kanalizer(raw, want):
 @pytest.mark.parametrize("raw,want", [
     ("Deviceが見つかりました", "デバイスが見つかりました"),  # OpenJTalk knows device (kanalizer: デヴィス)
     ("Newsを再生します", "ニュースを再生します"),  # kanalizer: ニューズ
+    ("DeNAのアプリ", "ディーエヌエーのアプリ"),  # known whole: not De + N + A
 ])
 def test_openjtalks_own_words_come_before_kanalizer(raw, want):
     assert normalize_text(raw) == want

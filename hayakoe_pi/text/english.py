@@ -5,12 +5,13 @@ acronyms, known words: readings.py) is read here, first found wins:
 
 1. the table's English words (``english_words`` in data/readings.yaml), which
    hold the readings users say (roomba → ルンバ, not kanalizer's ルームバ);
-2. camel case read part by part (SmartThings → スマート + シングズ, TPLink →
-   ティーピー + リンク), when every part can be read;
+2. camel case whose parts are all in that table (AirPods → エアーポッズ);
 3. OpenJTalk's own dictionary, when it knows the word whole (mail → メール,
-   device → デバイス): what the reference front end reads, in the spelling
-   Japanese uses for loanwords;
-4. kanalizer, VOICEVOX's English-to-kana model (eufy → ユーフィー), for a word
+   device → デバイス, PlayStation, DeNA): what the reference front end
+   reads, in the spelling Japanese uses for loanwords;
+4. camel case read part by part, each part as here (SmartThings → スマート +
+   シングス, TPLink → ティーピー + リンク), when every part can be read;
+5. kanalizer, VOICEVOX's English-to-kana model (eufy → ユーフィー), for a word
    of 3 or more letters not all in capitals, or in capitals that the table
    lists as a word (``capital_words``: ALARM → アラーム, not エーエルエーアールエム).
 
@@ -154,12 +155,16 @@ def _part(part: str) -> str | None:
     return _guess(part.lower()) if guessable(part) else None
 
 
-def _camel_case(word: str) -> str | None:
+def _camel_case(word: str, read_part) -> str | None:
     parts = _CAMEL_PARTS_RE.findall(word)
     if len(parts) < 2 or "".join(parts) != word:
         return None
-    readings = [_part(p) for p in parts]
+    readings = [read_part(p) for p in parts]
     return "".join(readings) if all(readings) else None
+
+
+def _table_part(part: str) -> str | None:
+    return ENGLISH_WORDS.get(part.lower())
 
 
 @lru_cache(maxsize=4096)
@@ -174,7 +179,9 @@ def latin_word(word: str) -> str:
         return known
     if not guessable(word):
         return _openjtalk(word)[0] or word
-    reading = _camel_case(word) or _dictionary_word(word) or _guess(word.lower())
+    # AirPods (both parts in the table) before OpenJTalk's whole words (DeNA, PlayStation), before any parts
+    reading = (_camel_case(word, _table_part) or _dictionary_word(word) or _camel_case(word, _part)
+               or _guess(word.lower()))
     return reading or _openjtalk(word)[0] or word
 
 
