@@ -33,13 +33,15 @@ position of the text:
 * numbers, with a sign (``-2°C`` → マイナス二度, ``+3℃`` → プラス三度) when the
   sign is not glued to a preceding letter or digit, an optional unit after
   them (``0.8kW`` → 零点八キロワット, ``12m/s`` → 秒速十二メートル) and ranges
-  (``10〜20℃`` → 十から二十度, ``10-20%`` → 十から二十パーセント; a hyphen is
-  a range only when a unit follows the second number);
+  (``10〜20℃`` → 十から二十度, ``10-20%`` → 十から二十パーセント; the range
+  marks between times, dates and counted numbers became から before, in
+  ranges.py: ``8:00-9:30``, ``2-4人``);
 * other runs of 2–5 capital letters, spelled with the letter names
   (``LED`` → エルイーディー).  Digits glued to such a run are read in English
   when the integer part is one digit (``USB3`` → ユーエスビースリー,
   ``USB3.0`` → ユーエスビースリーポイントゼロ), otherwise as a kanji number
-  (``ABC12`` → エービーシー十二).
+  (``ABC12`` → エービーシー十二); capitals the table lists as words (``ALARM``)
+  are left to english.py.
 
 Numbers read exactly as ``num2words(n, lang="ja")`` does (the reference front
 end uses it): ``1000`` → 千, ``10000`` → 一万, ``21.5`` → 二十一点五, trailing
@@ -47,7 +49,7 @@ zeros after the point dropped (``1.50`` → 一点五, ``1.0`` → 一).  Two ki
 digit string are read digit by digit instead (ゼロ, イチ, ニー, …): integers of
 17 or more digits (≥ 10^16) and integers of 4 or more digits starting with 0
 (``0120``, ``09012345678``) — codes and phone numbers, not quantities.
-Other Latin words are left as they are for the caller.
+Other Latin words are left as they are for the caller (english.py).
 """
 
 from __future__ import annotations
