@@ -9,10 +9,12 @@ kanji just before 《 (明日《アス》), or of Latin letters and digits
 alone, and braces keep meaning nothing (`{笑}ただいま` is spoken as before).
 
 The reading must be katakana (as a user dictionary's): anything else is
-refused with InlineReadingError saying what to write. 《 》 with no word
-right before them (「《お知らせ》」, or a space before 《) are brackets, read
-as before. Neither the word nor the reading spans a sentence end or a
-comma, so a text cut into sentences or pieces never cuts one in two.
+refused with InlineReadingError saying what to write. 《 》 are brackets,
+read as before, where they cannot be a reading: no word right before them
+(《お知らせ》, 本日の《お知らせ》, a space before 《), or kanji inside them
+without a bar (速報《緊急》, 重要《お知らせ》). Neither the word nor the
+reading spans a sentence end or a comma, so a text cut into sentences or
+pieces never cuts one in two.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ _RUBY_RE = re.compile(
     rf"《(?P<reading>[^{_NOT_INSIDE}]*)》"
 )
 _HIRAGANA = re.compile("[ぁ-ゖ]")
+_KANJI_RE = re.compile(f"[{_KANJI}]")
 
 
 class InlineReadingError(ValueError):
@@ -40,6 +43,8 @@ class InlineReadingError(ValueError):
 
 def _reading(m: re.Match) -> str:
     word = m["marked"] if m["marked"] is not None else m["word"]
+    if m["marked"] is None and _KANJI_RE.search(m["reading"]):
+        return m.group()  # 速報《緊急》: brackets around words, never a reading
     reading = "".join(m["reading"].split())  # フィリップス ヒュー: one reading
     problem = reading_problem(reading)
     if problem is None:
