@@ -45,8 +45,9 @@ SENTENCES = [
     "リビングのエアコンをつけました？　いいえ、まだです…",
     "SwitchBotのバッテリー残量は15%です。",
     "12月3日(木)は燃えるゴミの日です。",
-    # English words through kanalizer (its aarch64 wheel), a range, a reading written in the text
-    "Front Porchのカメラとecobeeによると、8:00-9:30は明日《アス》も晴れです。",
+    # English words through kanalizer (its aarch64 wheel); a range and a reading written in the text
+    "Front Porchのカメラとecobeeによると、晴れです。",
+    "8:00-9:30は明日《アス》も晴れです。",
     "おかえりなさい。リビングのエアコンを冷房二十六度でつけておきました。玄関の鍵は閉まっています。"
     "お風呂はあと十分ほどで沸きます。明日の朝は七時に起こします。",
 ]
