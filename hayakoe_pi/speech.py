@@ -29,6 +29,7 @@ from .models.errors import ModelError
 from .models.store import ModelStore
 from .sentences import pause_samples
 from .text.dictionary import Entry, UserDictionary, active_words, function_word, prepare, use
+from .text.inline import InlineReadingError, check_inline_readings
 
 log = logging.getLogger("hayakoe_pi")
 
@@ -176,7 +177,16 @@ class SpeechService:
             raise SpeechError("empty text: nothing to speak", "empty-text")
         if not readable(text):
             raise SpeechError("nothing to speak: no letter, kana, kanji or digit in the text", "nothing-to-speak")
+        self.check_readings(text)
         return text
+
+    @staticmethod
+    def check_readings(text: str) -> None:
+        """The readings written into a text (明日《アス》): SpeechError unless each is katakana."""
+        try:
+            check_inline_readings(text)
+        except InlineReadingError as e:
+            raise SpeechError(str(e), "bad-reading") from None
 
     def check_part(self, text, chars_before: int) -> None:
         """One part of a text that arrives in parts, `chars_before` characters already in."""

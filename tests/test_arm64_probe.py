@@ -13,13 +13,16 @@ probe = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(probe)
 
 
-def _result(folder: Path, frontend: str, audio: dict, machine: str) -> Path:
+GUESSES = {"version": "0.1.1", "readings": {"doorbell": "ドアベル"}}
+
+
+def _result(folder: Path, frontend: str, audio: dict, machine: str, kanalizer: dict = GUESSES) -> Path:
     folder.mkdir()
     (folder / "frontend.jsonl").write_text(frontend, encoding="utf-8")
     np.savez(folder / "audio.npz", **audio)
     (folder / "run.json").write_text(json.dumps({
         "machine": machine, "python": "3.11", "onnxruntime": "1", "numpy": "2",
-        "prepared": ["bert"], "decoder_form": {"v": "1d"}}))
+        "prepared": ["bert"], "decoder_form": {"v": "1d"}, "kanalizer": kanalizer}))
     return folder
 
 
@@ -46,3 +49,14 @@ def test_any_difference_fails(tmp_path, x86, capsys, frontend, audio, complaint)
     arm64 = _result(tmp_path / "arm64", frontend, {"v/0": audio}, "aarch64")
     assert probe.compare(x86, arm64) == 1
     assert complaint in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kanalizer", [
+    {"error": "ImportError: no module named kanalizer._rust"},  # the aarch64 wheel did not load
+    {"version": "0.1.1", "readings": {"doorbell": "ドアーベル"}},  # or reads otherwise
+])
+def test_kanalizer_must_load_and_read_alike_on_arm64(tmp_path, x86, capsys, kanalizer):
+    arm64 = _result(tmp_path / "arm64", '{"text": "鍵"}\n{"text": "窓"}\n',
+                    {"v/0": np.linspace(-1, 1, 100, dtype=np.float32)}, "aarch64", kanalizer)
+    assert probe.compare(x86, arm64) == 1
+    assert "kanalizer on arm64" in capsys.readouterr().err

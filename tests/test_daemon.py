@@ -73,6 +73,7 @@ def test_json_request_with_settings_and_id(app):
     ("ベル\x07です", "control characters"),
     ("😊🎉", "nothing to speak"),
     ("。。。！", "nothing to speak"),
+    ("市場《いちば》です", "must be katakana: 市場《イチバ》"),
 ])
 def test_unspeakable_payloads_get_an_error_and_the_next_is_spoken(app, payload, reason):
     error = app.probe.reply("say", payload)  # the answer to this payload, not any error

@@ -71,6 +71,15 @@ def test_texts_are_checked_once_for_both_doors(service):
         "text-too-long", f"text too long ({LIMIT + 1} characters so far, limit {LIMIT})")
 
 
+def test_a_reading_in_the_text_is_checked_and_read_by_both_doors(service):
+    assert service.check_text("市場《イチバ》です") == "市場《イチバ》です"  # the engine reads the markup
+    assert code_of(service.check_text, "市場《いちば》です") == (
+        "bad-reading", "reading 《いちば》 of 市場 must be katakana: 市場《イチバ》")
+    with pytest.raises(PayloadError, match="must be katakana"):  # MQTT: an error event with the reason
+        parse_say('{"text": "市場《market》", "id": "r"}'.encode(), service)
+    assert service.engine.analyze("市場《イチバ》です").phones == service.engine.analyze("イチバです").phones
+
+
 def test_voice_and_style_come_from_the_request_else_the_selection(service):
     assert service.voices() == ["tiny-voice", "tiny-voice-nodur", "two-styles"]
     choice = service.choose()

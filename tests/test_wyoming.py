@@ -508,6 +508,9 @@ def test_client_leaving_mid_stream_then_next_client_is_served(app):
     ([SynthesizeStart(), SynthesizeChunk(text="😊🎉。"), SynthesizeChunk(text="…"), SynthesizeStop()],
      "bad-text", "nothing readable"),
     ([SynthesizeStart(), SynthesizeStart()], "bad-sequence", "already"),
+    ([Synthesize(text="市場《いちば》です。")], "bad-reading", "katakana: 市場《イチバ》"),
+    ([SynthesizeStart(), SynthesizeChunk(text="市場《いち"), SynthesizeChunk(text="ば》です。")],
+     "bad-reading", "katakana"),
 ])
 def test_bad_requests_get_an_error_and_the_server_goes_on(app, events, code, words):
     error = run(error_for(app, *[e if isinstance(e, Event) else e.event() for e in events]))

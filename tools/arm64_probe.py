@@ -10,13 +10,14 @@ copies: the children of hayakoe_pi.models.prepare), then writes `frontend.jsonl`
 (`Engine.synthesize` with the noise off: every sentence with the
 first voice, the second-last with the others) and
 `run.json` (machine, versions, decoder form and lanes chosen, whether BERT's
-8-bit weights were made unsigned). `--child-python` is the
+8-bit weights were made unsigned, kanalizer's readings of KANALIZER_WORDS). `--child-python` is the
 program the children are started with: under qemu user mode without
 binfmt_misc the guest cannot exec an arm64 binary itself, only a host script
 that starts qemu again.
 
-`compare` exits 1 unless the front end is byte-identical and every audio
-array has the same length and differs by at most 1e-4.
+`compare` exits 1 unless the front end is byte-identical, kanalizer loads
+and reads alike on both, and every audio array has the same length and
+differs by at most 1e-4.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_DIFFERENCE = 1e-4
+KANALIZER_WORDS = ["doorbell", "powerwall", "ecobee"]  # read by kanalizer's model on each machine
 
 # Plain Japanese, the readings table (numbers, units, times, dates, Latin
 # letters), and texts long enough for several BERT and decoder windows.
@@ -43,6 +45,9 @@ SENTENCES = [
     "リビングのエアコンをつけました？　いいえ、まだです…",
     "SwitchBotのバッテリー残量は15%です。",
     "12月3日(木)は燃えるゴミの日です。",
+    # English words through kanalizer (its aarch64 wheel); a range and a reading written in the text
+    "Front Porchのカメラとecobeeによると、晴れです。",
+    "8:00-9:30は明日《アス》も晴れです。",
     "おかえりなさい。リビングのエアコンを冷房二十六度でつけておきました。玄関の鍵は閉まっています。"
     "お風呂はあと十分ほどで沸きます。明日の朝は七時に起こします。",
 ]
@@ -82,12 +87,18 @@ def run(models: Path, out: Path, child_python: str | None) -> None:
         timed[voice] = list(tuning["seconds"]) if tuning else []
         lanes[voice] = tuning["lanes"] if tuning else 1
     np.savez(out / "audio.npz", **audio)
+    try:
+        import kanalizer
+
+        guesses = {"version": kanalizer.__version__, "readings": {w: kanalizer.convert(w) for w in KANALIZER_WORDS}}
+    except Exception as e:  # the front end would fall back to spelling: reported, and compare fails
+        guesses = {"error": f"{type(e).__name__}: {e}"}
     (out / "run.json").write_text(json.dumps({
         "machine": platform.machine(), "python": platform.python_version(),
         "onnxruntime": onnxruntime.__version__, "numpy": np.__version__,
         "prepared": [s.what for s in steps if not s.done], "decoder_form": forms, "forms_timed": timed,
         "decoder_lanes": lanes,
-        "bert_unsigned_int8": store.bert.unsigned_int8},
+        "bert_unsigned_int8": store.bert.unsigned_int8, "kanalizer": guesses},
         indent=1))
 
 
@@ -121,6 +132,11 @@ def compare(x86: Path, arm64: Path) -> int:
               f"numpy {r['numpy']}, prepared {', '.join(r['prepared']) or 'nothing'}, "
               f"decoder {r['decoder_form']} of {r.get('forms_timed', {})}, lanes {r.get('decoder_lanes', {})}, "
               f"BERT weights {'made unsigned' if r.get('bert_unsigned_int8') else 'as published'}")
+    guesses = [r.get("kanalizer", {}) for r in runs]
+    if "error" in guesses[1] or guesses[0] != guesses[1]:
+        failures.append(f"kanalizer on arm64: {guesses[1].get('error') or guesses[1]} (x86: {guesses[0]})")
+    else:
+        print(f"  kanalizer {guesses[1].get('version')}: {guesses[1].get('readings')} on both")
     lines = a.count(b"\n")
     print(f"  frontend: {lines} lines, {'byte-identical' if a == b else 'DIFFERENT'}")
     print(f"  audio: {len(audio_a.files)} arrays, largest difference {worst:.2e} (limit {MAX_DIFFERENCE:.0e})")

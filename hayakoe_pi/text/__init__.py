@@ -7,10 +7,13 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import english
 from .g2p import TextError, g2p
+from .inline import InlineReadingError
 from .normalize import normalize_text
 from .phonemes import JP_LANGUAGE_ID, JP_TONE_OFFSET, SYMBOL_ID
 from .tokenizer import CharTokenizer, VocabError
@@ -42,9 +45,14 @@ class FrontEnd:
     def __init__(self, vocab_path: str | Path, add_blank: bool = True):
         self.tokenizer = CharTokenizer(vocab_path)
         self.add_blank = add_blank
+        # kanalizer's model loads while the voices do, not on the first English word
+        threading.Thread(target=english.warm_up, name="kanalizer-warm-up", daemon=True).start()
 
     def analyze(self, text: str) -> Analysis:
-        norm = normalize_text(text)
+        try:
+            norm = normalize_text(text)
+        except InlineReadingError as e:
+            raise TextError(str(e)) from None
         result = g2p(norm)
         input_ids = self.tokenizer.encode(result.bert_text)
         if len(input_ids) != len(result.word2ph):

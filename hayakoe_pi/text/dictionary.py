@@ -30,6 +30,8 @@ from pathlib import Path
 
 import yaml
 
+from .kana import moras, reading_problem
+
 log = logging.getLogger("hayakoe_pi")
 
 # MeCab features (品詞, 細分類 1-3) of each kind of word
@@ -41,18 +43,11 @@ KINDS = {
     "noun": "名詞,一般,*,*",
 }
 MAX_SURFACE_CHARS = 40
-MAX_READING_MORAS = 40
 # A one-character word, or a particle or auxiliary alone (の, が, です), would change nearly every
 # sentence (Assist's answers too): such surfaces only at this priority or lower, below OpenJTalk's words.
 FUNCTION_WORD_PRIORITY = 3
 FUNCTION_POS = ("助詞", "助動詞", "接続詞", "フィラー")  # alone, から is read as a conjunction, だ as a filler
-_SMALL_KANA = set("ァィゥェォャュョヮ")  # joined to the kana before them: no mora of their own
-_KATAKANA_RE = re.compile(r"[ァ-ヶー]+")
 _SURFACE_RE = re.compile(r"[^\W_]+(?:[-・'&.][^\W_]+)*")  # letters, digits, kana, kanji; inner - ・ ' & .
-
-
-def moras(reading: str) -> int:
-    return sum(c not in _SMALL_KANA for c in reading)
 
 
 def _full_width(text: str) -> str:
@@ -95,11 +90,10 @@ def check_entry(data) -> Entry:
     reading = data.get("reading")
     if isinstance(reading, str):
         reading = unicodedata.normalize("NFKC", reading.strip())
-    if not isinstance(reading, str) or not _KATAKANA_RE.fullmatch(reading) or reading[0] in _SMALL_KANA | {"ー"}:
-        raise ValueError(f"reading {reading!r} of {surface} must be katakana (e.g. ハルト)")
+    problem = reading_problem(reading)
+    if problem:
+        raise ValueError(f"reading {reading!r} of {surface} {problem}")
     count = moras(reading)
-    if count > MAX_READING_MORAS:
-        raise ValueError(f"reading of {surface} is longer than {MAX_READING_MORAS} moras")
     accent = data.get("accent")
     if isinstance(accent, bool) or not isinstance(accent, int) or not 0 <= accent <= count:
         raise ValueError(f"accent of {surface} must be a whole number from 0 (flat) to {count} "

@@ -3,19 +3,20 @@
 The output holds only what OpenJTalk can read plus seven punctuation marks
 (! ? … , . ' -): kana, kanji, Latin and Greek letters. For ordinary Japanese
 it is identical to Style-Bert-VITS2's normalizer (models were trained on that
-text); numbers, units and acronyms go through our own readings first.
+text); numbers, units and acronyms go through our own readings first
+(readings.py), English words through english.py, and a reading written into
+the text (明日《アス》, inline.py) replaces its word before anything else.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from functools import lru_cache
 
-import pyopenjtalk
-
+from .english import clear_cache, read_latin_words
+from .inline import apply_inline_readings
 from .phonemes import PUNCTUATIONS
-from .readings import ENGLISH_WORDS, expand_readings
+from .readings import expand_readings
 
 # Marks folded onto the seven punctuation symbols the model knows.
 _PUNCT_MAP: dict[str, str] = {
@@ -39,47 +40,11 @@ _UNREADABLE_RE = re.compile(
     + re.escape("".join(PUNCTUATIONS)) + "]+"
 )
 
-_LATIN_WORD_RE = re.compile(r"[A-Za-z]+")
-
 
 def replace_punctuation(text: str) -> str:
     """Fold punctuation onto the model's symbols and drop what cannot be read."""
     text = _PUNCT_RE.sub(lambda m: _PUNCT_MAP[m.group()], text)
     return _UNREADABLE_RE.sub("", text)
-
-
-@lru_cache(maxsize=4096)
-def _dictionary_reading(word: str) -> str | None:
-    """OpenJTalk's own katakana reading of a Latin word, if its dictionary knows it.
-
-    Unknown words come back as fillers spelled letter by letter; those are left
-    alone so OpenJTalk spells them in context.
-    """
-    features = pyopenjtalk.run_frontend(word)
-    if any(f["pos"] == "フィラー" for f in features):
-        return None
-    reading = "".join(f["pron"] for f in features if f["pron"]).replace("’", "")
-    return reading or None
-
-
-_CAMEL_PARTS_RE = re.compile(r"[A-Z][a-z]+")
-
-
-def _latin_word(word: str) -> str:
-    if not word.isupper() or len(word) > 5:  # capitals are an acronym, spelled
-        english = ENGLISH_WORDS.get(word.lower())
-        if english:
-            return english
-        parts = _CAMEL_PARTS_RE.findall(word)  # AirPods: Air + Pods
-        if len(parts) > 1 and "".join(parts) == word and all(p.lower() in ENGLISH_WORDS for p in parts):
-            return "".join(ENGLISH_WORDS[p.lower()] for p in parts)
-    return _dictionary_reading(word) or word
-
-
-def _read_latin_words(text: str) -> str:
-    # Read word by word: left in place, the spaces between English words would
-    # be dropped later and the words run together into one spelled-out blob.
-    return _LATIN_WORD_RE.sub(lambda m: _latin_word(m.group()), text)
 
 
 _protected: re.Pattern | None = None  # the user dictionary's words, left as written
@@ -90,15 +55,16 @@ def protect_words(words: list[str]) -> None:
     global _protected
     longest_first = sorted(set(words), key=len, reverse=True)
     _protected = re.compile("|".join(map(re.escape, longest_first))) if longest_first else None
-    _dictionary_reading.cache_clear()
+    clear_cache()
 
 
 def _readings(text: str) -> str:
-    return _read_latin_words(expand_readings(text))
+    return read_latin_words(expand_readings(text))
 
 
 def normalize_text(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text)
+    """The text as g2p reads it; InlineReadingError (a ValueError) for a reading in it that is not katakana."""
+    text = apply_inline_readings(unicodedata.normalize("NFKC", text))
     protected = _protected
     if protected is None:
         text = _readings(text)

@@ -1,21 +1,23 @@
-"""Numbers in kanji as the reference front end reads them (num2words, lang="ja"), digit
-by digit where they are codes, and in English after Latin letters (readings.py's rules)."""
+"""Numbers read aloud: kanji numerals as num2words(lang="ja") writes them, digit by
+digit for codes, and English digit names after an acronym (USB3)."""
 
 from __future__ import annotations
 
 import re
 
-from .reading_data import DATA
+from .table import TABLE
 
-_NUM = DATA["numerals"]
+__all__ = ["number_to_kanji", "read_number", "spoken_digits", "english_number"]
+
+_NUM = TABLE["numerals"]
 _DIGITS: list[str] = _NUM["digits"]
 _TENS: list[str] = _NUM["tens"]
 _MYRIADS: list[str] = _NUM["myriads"]
-POINT: str = _NUM["point"]
+_POINT: str = _NUM["point"]
 _SPOKEN_DIGITS: list[str] = _NUM["spoken_digits"]
 _EN_DIGITS: list[str] = _NUM["english_digits"]
 _EN_POINT: str = _NUM["english_point"]
-_MINUS: str = DATA["signs"]["-"]
+_MINUS: str = TABLE["signs"]["-"]
 
 
 def _group_reading(group: int) -> str:
@@ -64,7 +66,7 @@ def number_to_kanji(number: str) -> str:
     out += _integer_to_kanji(integer.replace(",", ""))
     fraction = (fraction or "").rstrip("0")
     if fraction:
-        out += POINT + "".join(_DIGITS[int(c)] for c in fraction)
+        out += _POINT + "".join(_DIGITS[int(c)] for c in fraction)
     return out
 
 
@@ -73,7 +75,7 @@ def spoken_digits(digits: str) -> str:
 
 
 def read_number(number: str) -> str:
-    """A number as it appears in running text (see readings.py's docstring)."""
+    """A number as it appears in running text (see the module docstring)."""
     if number.isdigit() and (len(number) >= 17 or (number[0] == "0" and len(number) >= 4)):
         return spoken_digits(number)
     return number_to_kanji(number)

@@ -33,13 +33,15 @@ position of the text:
 * numbers, with a sign (``-2°C`` → マイナス二度, ``+3℃`` → プラス三度) when the
   sign is not glued to a preceding letter or digit, an optional unit after
   them (``0.8kW`` → 零点八キロワット, ``12m/s`` → 秒速十二メートル) and ranges
-  (``10〜20℃`` → 十から二十度, ``10-20%`` → 十から二十パーセント; a hyphen is
-  a range only when a unit follows the second number);
+  (``10〜20℃`` → 十から二十度, ``10-20%`` → 十から二十パーセント; the range
+  marks between times, dates and counted numbers became から before, in
+  ranges.py: ``8:00-9:30``, ``2-4人``);
 * other runs of 2–5 capital letters, spelled with the letter names
   (``LED`` → エルイーディー).  Digits glued to such a run are read in English
   when the integer part is one digit (``USB3`` → ユーエスビースリー,
   ``USB3.0`` → ユーエスビースリーポイントゼロ), otherwise as a kanji number
-  (``ABC12`` → エービーシー十二).
+  (``ABC12`` → エービーシー十二); capitals the table lists as words (``ALARM``)
+  are left to english.py.
 
 Numbers read exactly as ``num2words(n, lang="ja")`` does (the reference front
 end uses it): ``1000`` → 千, ``10000`` → 一万, ``21.5`` → 二十一点五, trailing
@@ -47,7 +49,7 @@ zeros after the point dropped (``1.50`` → 一点五, ``1.0`` → 一).  Two ki
 digit string are read digit by digit instead (ゼロ, イチ, ニー, …): integers of
 17 or more digits (≥ 10^16) and integers of 4 or more digits starting with 0
 (``0120``, ``09012345678``) — codes and phone numbers, not quantities.
-Other Latin words are left as they are for the caller.
+Other Latin words are left as they are for the caller (english.py).
 """
 
 from __future__ import annotations
@@ -57,12 +59,20 @@ from functools import lru_cache
 
 import pyopenjtalk
 
-from .numbers import POINT, english_number, number_to_kanji, read_number, spoken_digits
-from .reading_data import DATA as _DATA
+from .english import CAPITAL_WORDS
+from .numbers import english_number as _english_number
+from .numbers import number_to_kanji
+from .numbers import read_number as _read_number
+from .numbers import spoken_digits as _spoken_digits
+from .ranges import mark_ranges
+from .table import TABLE as _DATA
+from .table import alternation
 
-__all__ = ["expand_readings"]
+__all__ = ["expand_readings", "number_to_kanji"]
 
-_SPOKEN_SEP: str = _DATA["numerals"]["spoken_separator"]
+_NUM = _DATA["numerals"]
+_POINT: str = _NUM["point"]
+_SPOKEN_SEP: str = _NUM["spoken_separator"]
 _SIGNS: dict[str, str] = _DATA["signs"]
 _W: dict[str, str] = _DATA["words"]
 _ORDINALS: dict[str, str] = _DATA["ordinals"]
@@ -75,14 +85,9 @@ _UNITS: dict[str, tuple[str, str]] = {
 _FRACTIONS = _DATA["fractions"]
 _KNOWN: dict[str, str] = dict(_DATA["known_words"])
 _KNOWN_CI: dict[str, str] = {k.lower(): v for k, v in _DATA["known_words_ignore_case"].items()}
-ENGLISH_WORDS: dict[str, str] = {k.lower(): v for k, v in _DATA["english_words"].items()}
 
 # ---------------------------------------------------------------------------
 # Patterns
-
-
-def _alt(words) -> str:
-    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
 
 
 # Atomic: a number is never cut short to let a later part of a pattern match.
@@ -105,7 +110,7 @@ _SIGN_CHARS = re.escape("".join(_SIGNS))
 _SIGN = rf"(?<![0-9A-Za-z{_SIGN_CHARS}])[{_SIGN_CHARS}]"
 _CUR = f"[{re.escape(''.join(_CURRENCY))}]"
 _TILDE = "[〜~～]"
-_AMPM = f"(?:{_alt(_AM_PM)})"
+_AMPM = f"(?:{alternation(_AM_PM)})"
 
 
 def _known_pattern(word: str, ignore_case: bool) -> str:
@@ -122,20 +127,12 @@ _KNOWN_RE = "|".join(
     + [_known_pattern(w, True) for w in sorted(_KNOWN_CI, key=len, reverse=True)]
 )
 
-# Range marks between a number (with its unit or counter) and the next number
-# become から before anything else is read: 10℃〜20℃, 10時〜12時, 3〜5人.
-_RANGE_COUNTERS = f"(?:{_alt(list(_UNITS) + _DATA['range_counters'])})"
-_TILDE_RANGE_RE = re.compile(
-    rf"(\d(?::\d\d)?{_RANGE_COUNTERS}?)[ ]*{_TILDE}[ ]*(?=[{_SIGN_CHARS}]?{_CUR}?\d)"
-)
-_HYPHEN_RANGE_RE = re.compile(rf"(\d{_RANGE_COUNTERS})[ ]*[-–][ ]*(?={_CUR}?\d)")
-
 _WEEKDAYS: dict[str, str] = _DATA["weekdays"]
-_WEEKDAY = f"(?:{_alt(_WEEKDAYS)})"
+_WEEKDAY = f"(?:{alternation(_WEEKDAYS)})"
 
 _RULES: list[tuple[str, str]] = [
     ("known", _KNOWN_RE),
-    ("version", rf"(?<![A-Za-z])(?P<ve_m>{_alt(_VERSION_MARKERS)}) ?(?P<ve_n>\d+(?:\.\d+)+)(?!\d)"),
+    ("version", rf"(?<![A-Za-z])(?P<ve_m>{alternation(_VERSION_MARKERS)}) ?(?P<ve_n>\d+(?:\.\d+)+)(?!\d)"),
     ("postal", r"〒 ?(?P<po_a>\d{3})-(?P<po_b>\d{4})(?!\d)"),
     ("ymd", r"(?<![\d.])(?P<ymd_y>\d{4})(?P<ymd_s>[/\-.])(?P<ymd_m>0?[1-9]|1[0-2])(?P=ymd_s)"
             r"(?P<ymd_d>0?[1-9]|[12]\d|3[01])(?![\d/]|\.\d)(?:T(?=\d{1,2}:\d\d))?"),
@@ -157,7 +154,7 @@ _RULES: list[tuple[str, str]] = [
     ("ordinal", r"(?<![\d.A-Za-z])(?P<or_n>\d+)(?P<or_s>st|nd|rd|th)(?![A-Za-z])"),
     ("money", rf"(?P<c_sign>{_SIGN})?(?P<c_cur>{_CUR}) ?(?P<c_1>{_NUMBER})(?P<c_x1>[万億兆]*)"
               rf"(?:\s*(?:から|{_TILDE}|[-–])\s*{_CUR}? ?(?P<c_2>{_NUMBER})(?P<c_x2>[万億兆]*))?"
-              rf"(?P<c_dup>{_alt(set(_CURRENCY.values()))})?"),
+              rf"(?P<c_dup>{alternation(set(_CURRENCY.values()))})?"),
     ("number", rf"(?P<n_s1>{_SIGN})?(?P<n_1>{_NUMBER})"
                rf"(?: ?(?P<n_u1>{_UNIT})"
                rf"|\s*(?:から|{_TILDE}|[-–](?=[{_SIGN_CHARS}]?{_NUMBER} ?{_UNIT}))\s*"
@@ -166,10 +163,10 @@ _RULES: list[tuple[str, str]] = [
 ]
 _MASTER_RE = re.compile("|".join(f"(?P<{name}>{pat})" for name, pat in _RULES))
 
-_FRACTION_AFTER_RE = re.compile(f"(?:{_alt(_FRACTIONS['followed_by'])})")
+_FRACTION_AFTER_RE = re.compile(f"(?:{alternation(_FRACTIONS['followed_by'])})")
 _WEEKDAY_AFTER_RE = re.compile(rf" ?[(\[]?[{''.join(_FRACTIONS['weekdays'])}](?:曜|[)\]])")
-_DATE_AFTER_RE = re.compile(f"(?:{_alt(_FRACTIONS['date_after'])})")
-_DATE_BEFORE_RE = re.compile(f"(?:{_alt(_FRACTIONS['date_before'])})[はがの:：]? ?$")
+_DATE_AFTER_RE = re.compile(f"(?:{alternation(_FRACTIONS['date_after'])})")
+_DATE_BEFORE_RE = re.compile(f"(?:{alternation(_FRACTIONS['date_before'])})[はがの:：]? ?$")
 _DATE_RANGE_AFTER_RE = re.compile(rf" ?(?:{_TILDE}|から|-) ?\d{{1,2}}/\d{{1,2}}(?!\d)")
 _DATE_RANGE_BEFORE_RE = re.compile(rf"(?<![\d/])\d{{1,2}}/\d{{1,2}} ?(?:{_TILDE}|から|-) ?$")
 _ANY_TARGET_RE = re.compile(r"[0-9A-Za-z%°℃℉¥$€£₩‰Ωμ×]")
@@ -214,7 +211,7 @@ def _date_context(before: str, after: str) -> bool:
 
 
 def _dotted(number: str) -> str:
-    return POINT.join(number_to_kanji(p) for p in number.split("."))
+    return _POINT.join(number_to_kanji(p) for p in number.split("."))
 
 
 def _clock(h: str, mi: str, s: str | None) -> str:
@@ -241,19 +238,19 @@ def _with_unit(m: re.Match, reading: str, unit: str | None) -> str:
 
 
 def _number(m: re.Match) -> str:
-    first = _sign(m["n_s1"]) + read_number(m["n_1"])
+    first = _sign(m["n_s1"]) + _read_number(m["n_1"])
     if m["n_u1"]:
         return _with_unit(m, first, m["n_u1"])
     if m["n_2"] is None:
         return first
-    both = first + _W["range"] + _sign(m["n_s2"]) + read_number(m["n_2"])
+    both = first + _W["range"] + _sign(m["n_s2"]) + _read_number(m["n_2"])
     return _with_unit(m, both, m["n_u2"])
 
 
 def _money(m: re.Match) -> str:
-    out = _sign(m["c_sign"]) + read_number(m["c_1"]) + m["c_x1"]
+    out = _sign(m["c_sign"]) + _read_number(m["c_1"]) + m["c_x1"]
     if m["c_2"]:
-        out += _W["range"] + read_number(m["c_2"]) + m["c_x2"]
+        out += _W["range"] + _read_number(m["c_2"]) + m["c_x2"]
     word = _CURRENCY[m["c_cur"]]
     # "¥1,000円" is still 千円; any other word after it is kept.
     return out + word + (m["c_dup"] if m["c_dup"] and m["c_dup"] != word else "")
@@ -273,11 +270,13 @@ def _dictionary_acronym(letters: str) -> str | None:
 
 
 def _acronym(m: re.Match) -> str:
+    if m["ac_l"] in CAPITAL_WORDS and not m["ac_n"]:  # a word in capitals (DOOR): english.py reads it
+        return m.group()
     known = _dictionary_acronym(m["ac_l"])
     if known and "K" in m["ac_l"]:  # ケー, as broadcasters and everyday speech say K (OpenJTalk: ケイ)
         known = known.replace("ケイ", _LETTERS["K"])
     out = known or "".join(_LETTERS[c] for c in m["ac_l"])
-    return out + (english_number(m["ac_n"]) if m["ac_n"] else "")
+    return out + (_english_number(m["ac_n"]) if m["ac_n"] else "")
 
 
 # Known words may be written with or without their spaces ("HomeAssistant").
@@ -293,11 +292,11 @@ def _known(m: re.Match) -> str:
 _HANDLERS = {
     "known": _known,
     "version": lambda m: _VERSION_MARKERS[m["ve_m"]] + _dotted(m["ve_n"]),
-    "postal": lambda m: _W["postal"] + spoken_digits(m["po_a"]) + _SPOKEN_SEP + spoken_digits(m["po_b"]),
+    "postal": lambda m: _W["postal"] + _spoken_digits(m["po_a"]) + _SPOKEN_SEP + _spoken_digits(m["po_b"]),
     "basement": lambda m: _W["basement"] + number_to_kanji(m["ba_n"]) + _W["floor"],
     "per": lambda m: _W["per"] + _UNITS[m["pe_u"]][0],
     "ymd": lambda m: _date(m["ymd_y"], m["ymd_m"], m["ymd_d"]),
-    "phone": lambda m: _SPOKEN_SEP.join(spoken_digits(g) for g in m.group().split("-")),
+    "phone": lambda m: _SPOKEN_SEP.join(_spoken_digits(g) for g in m.group().split("-")),
     "ym": lambda m: _date(m["ym_y"], m["ym_m"], None),
     "slash": _slash,
     "weekday": lambda m: "".join(_WEEKDAYS[d] for d in m["wd"].split("・")),
@@ -329,6 +328,5 @@ def expand_readings(text: str) -> str:
     """
     if not _ANY_TARGET_RE.search(text):
         return text
-    text = _TILDE_RANGE_RE.sub(lambda m: m[1] + _W["range"], text)
-    text = _HYPHEN_RANGE_RE.sub(lambda m: m[1] + _W["range"], text)
+    text = mark_ranges(text)
     return _MASTER_RE.sub(_dispatch, text)

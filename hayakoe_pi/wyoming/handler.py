@@ -274,6 +274,8 @@ class Handler(AsyncEventHandler):
         if stream.task.done():  # failed: the error comes out at the stop
             return
         ready, stream.pending = ready_text(stream.pending + text)
+        # a reading (明日《アス》) never spans a sentence end: whole in what is ready
+        self._checked_now(self.speech.check_readings, ready)
         if ready.strip():
             stream.pieces.put_nowait(ready)
         elif ready:
