@@ -87,8 +87,8 @@ def test_every_bad_payload_gets_an_error_event(fuzz_app, payload):
 
 
 def test_huge_text_is_refused_and_the_daemon_keeps_speaking(fuzz_app):
-    error = fuzz_app.probe.reply("say", "あ" * (1 << 20), timeout=30)
-    assert error["event"] == "error" and "too long" in error["error"], error
+    error = fuzz_app.probe.reply("say", "あ" * (1 << 20), timeout=30)  # refused before it is decoded
+    assert error["event"] == "error" and error["code"] == "too_large" and "payload too large" in error["error"], error
     speaks(fuzz_app)
 
 
