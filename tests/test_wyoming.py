@@ -326,7 +326,8 @@ def test_the_server_in_process_answers_with_the_speech_services_audio(tmp_path):
 
 def test_config_defaults_and_checks(tmp_path):
     defaults = load_config(None).wyoming
-    assert dataclasses.asdict(defaults) == {"enabled": False, "host": "0.0.0.0", "port": 10200, "zeroconf": True}
+    assert dataclasses.asdict(defaults) == {"enabled": False, "host": "0.0.0.0", "port": 10200, "zeroconf": True,
+                                            "max_syntheses": 2, "write_timeout_s": 30.0}
     path = tmp_path / "c.yaml"
     path.write_text("wyoming:\n  enabled: true\n  port: 70000\n")
     with pytest.raises(Exception, match="wyoming.port must be between"):
@@ -494,7 +495,7 @@ def test_client_leaving_mid_stream_then_next_client_is_served(app):
     ([Synthesize(text="")], "empty-text", "empty"),
     ([Synthesize(text="  \n ")], "empty-text", "empty"),
     ([Synthesize(text="あ" * (MAX_CHARS + 1))], "text-too-long", "too long"),
-    ([Synthesize(text="😊🎉")], "bad-text", "nothing to speak"),
+    ([Synthesize(text="😊🎉")], "nothing-to-speak", "nothing to speak"),  # at the door, before synthesis
     ([Synthesize(text="ベル\x07です")], "bad-text", "control"),
     ([Event(type="synthesize", data={"text": 5})], "bad-text", "string"),
     ([Event(type="synthesize", data={"text": "はい", "voice": "tiny-voice"})], "bad-voice", "object"),
