@@ -250,3 +250,25 @@ def test_a_corrupt_dictionary_at_start_is_logged_and_speech_goes_on(tmp_path):
     with appliance(tmp_path, dictionary={"file": str(words)}) as app:
         assert app.probe.reply("say", "晴翔が帰りました。")["event"] == "finished"
         wait_for(lambda: "cannot be read" in app.daemon.output(), 5, what="the problem logged")
+
+
+def test_the_next_utterance_has_the_new_reading_and_the_one_in_progress_keeps_the_old(use_words, tmp_path):
+    """The word is in the utterance's last sentence, which is synthesized after the swap: it is
+    still read as it was when the utterance began (never half of each); the next one reads the new way."""
+    import numpy as np
+
+    from hayakoe_pi.engine import Engine
+
+    engine = Engine(FIXTURE_MODELS, voice="tiny-voice", store=ModelStore(FIXTURE_MODELS, derived_dir=tmp_path / "d"))
+    exact = {"noise": 0.0, "noise_w": 0.0, "sdp_ratio": 0.0}  # the same samples for the same reading
+    text = "雨が降りそうです。洗濯物を取り込んでください。" * 2 + "晴翔が帰りました。"
+    before = engine.synthesize(text, **exact)
+    pieces = engine.pieces(text, **exact)
+    first = next(pieces)  # the utterance has begun ...
+    with engine.exclusive():
+        use_words(HARUTO)  # ... when the word comes (between two steps, as the service swaps it)
+    in_progress = np.concatenate([first.audio, *(p.audio for p in pieces)])
+    after = engine.synthesize(text, **exact)
+    assert np.array_equal(in_progress, before)  # to its end as it began
+    assert after.size != before.size or not np.allclose(after, before)  # ハルト, not ハレショウ
+    assert phones_and_tones("晴翔が")[1:6] == [("h", 1), ("a", 1), ("r", 0), ("u", 0), ("t", 0)]

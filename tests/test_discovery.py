@@ -96,3 +96,45 @@ def test_each_pi_is_its_own_device_in_its_area():
     _, say = bedroom[0]
     assert say["device"] == {**say["device"], "identifiers": ["bedroom"], "name": "寝室"}
     assert "suggested_area" not in say["device"]
+
+
+# Value types and allowed values, as Home Assistant's voluptuous schemas check them (the same
+# sources as the key lists above): a wrong type or value makes Home Assistant drop the entity.
+TOPIC = "a topic (no wildcards)"
+VALUES = {
+    "name": str, "unique_id": str, "object_id": str, "default_entity_id": str, "icon": str,
+    "availability_topic": TOPIC, "command_topic": TOPIC, "state_topic": TOPIC,
+    "payload_available": str, "payload_not_available": str, "payload_press": str,
+    "qos": {0, 1, 2}, "min": float, "max": float, "step": float, "mode": {"auto", "box", "slider"},
+    "unit_of_measurement": str, "options": list, "device": dict, "origin": dict,
+}
+
+
+def check_value(key, value):
+    kind = VALUES[key]
+    if kind is TOPIC:
+        return isinstance(value, str) and value and not set("+#") & set(value) and "\0" not in value
+    if isinstance(kind, set):
+        return value in kind and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def test_every_value_has_the_type_and_range_home_assistant_wants():
+    for found in (messages(), messages(Config(device=DeviceConfig(id="kitchen", name="台所", area="Kitchen")))):
+        for topic, config in found:
+            platform = topic.split("/")[1]
+            for key, value in config.items():
+                assert check_value(key, value), (topic, key, value)
+            assert config["icon"].startswith("mdi:")
+            domain, object_id = config["default_entity_id"].split(".")
+            assert domain == platform and object_id.isidentifier() and object_id == object_id.lower()
+            if platform == "number":
+                assert config["min"] < config["max"] and config["step"] > 0
+            if platform == "select":
+                assert all(isinstance(o, str) for o in config["options"])
+            device = config["device"]
+            assert all(isinstance(v, str) for v in device["identifiers"])
+            assert all(isinstance(device[k], str) for k in device if k != "identifiers")
+            assert all(isinstance(v, str) for v in config["origin"].values())

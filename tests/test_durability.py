@@ -20,6 +20,40 @@ def count(events, kind) -> Counter:
     return Counter(e["id"] for e in events if e["event"] == kind)
 
 
+def test_sigterm_mid_queue_acknowledges_nothing_unfinished(tmp_path):
+    """systemctl restart during a queue: what was cut and what waited come back, each spoken once,
+    in order, the cut one from its start (shutdown acknowledges none of them)."""
+    broker = Mosquitto(tmp_path / "broker").start()
+    prefix = f"hk{broker.port}"
+    probe = Probe(broker.port, prefix)
+    sink = AlsaSink(tmp_path)
+    config = write_config(tmp_path / "config.yaml", broker.port, prefix, tmp_path, cache={"max_mb": 0})
+    ids = [f"t{i}" for i in range(5)]
+    daemon = DaemonProcess(config, sink.home, tmp_path / "first.log")
+    try:
+        wait_for(lambda: probe.last("status") == b"online", 90, what="the daemon to come online")
+        probe.publish("say", {"id": "t0", "text": "冷蔵庫のドアが開いています。閉めてください。" * 3})
+        for i in ids[1:]:
+            probe.publish("say", {"id": i, "text": f"{i[1:]}番目のお知らせです。"})
+        probe.next_event(event="started", id="t0", timeout=60)
+        wait_for(lambda: count(events_of(probe), "queued")["t4"] == 1, 30, what="all queued")
+        assert daemon.stop() == 0  # SIGTERM, as systemctl restart sends it
+        assert not count(events_of(probe), "finished")
+        daemon = DaemonProcess(config, sink.home, tmp_path / "second.log")
+        wait_for(lambda: len(count(events_of(probe), "finished")) == len(ids), 180,
+                 what="every message to be spoken after the restart")
+    finally:
+        daemon.stop()
+        sink.stop()
+        probe.close()
+        broker.stop()
+    events = events_of(probe)
+    assert count(events, "finished") == {i: 1 for i in ids}
+    assert [e["id"] for e in events if e["event"] == "finished"] == ids
+    assert count(events, "started") == {i: 2 if i == "t0" else 1 for i in ids}
+    assert not [e for e in events if e["event"] in ("error", "duplicate")], events
+
+
 def test_kill_9_of_the_daemon_mid_queue_loses_nothing(tmp_path):
     broker = Mosquitto(tmp_path / "broker").start()
     prefix = f"hk{broker.port}"
