@@ -60,3 +60,35 @@ def test_clients_that_never_read_are_dropped_and_others_still_served(app):
     finally:
         for s in bad:
             s.close()
+
+
+def test_at_most_max_syntheses_run_at_once_and_the_rest_wait_in_order():
+    """The slots of wyoming.max_syntheses: taken in order, each freed when its synthesis ends
+    (not when its client has read everything)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from hayakoe_pi.wyoming.limits import Connections
+
+    async def scenario():
+        connections = Connections(max_syntheses=2)
+        syntheses = [SimpleNamespace(synthesizing=True) for _ in range(4)]
+        order = []
+
+        async def request(n):
+            slot = await connections.synthesis_slot()
+            order.append(n)
+            await connections.free_when_synthesized(syntheses[n], slot)
+
+        tasks = [asyncio.create_task(request(n)) for n in range(4)]
+        await asyncio.sleep(0.1)
+        assert order == [0, 1]  # two at once; the others wait
+        syntheses[1].synthesizing = False
+        await asyncio.sleep(0.1)
+        assert order == [0, 1, 2]  # the first to wait goes first
+        for s in syntheses:
+            s.synthesizing = False
+        await asyncio.gather(*tasks)
+        assert order == [0, 1, 2, 3]
+
+    asyncio.run(scenario())
