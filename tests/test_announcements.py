@@ -21,6 +21,8 @@ KEEP_S = 1.5     # short: every test waits for the card to close
 QUIET = 5        # percent, at night
 SHORT = "はい。"
 TEXT = "冷蔵庫のドアが開いています。閉めてください。"
+LONG = "リビングの窓が開いたままです、雨が降りそうなので閉めてください、洗濯物も取り込んでください。"
+SLOWER = 0.08  # a CPU share at which the tiny voice synthesizes slower than real time
 
 
 def night_tz(hour: int = 23) -> str:
@@ -201,3 +203,46 @@ def test_the_chime_plays_while_the_pi_thinks_and_speech_follows_whole(slow_app):
     app.probe.next_event(event="finished", id="no-chime", timeout=120)
     wait_for(lambda: card_closed(app), 30, what="the card to close")
     assert chime_starts_at(played(app, app.sink.opens[-1])) is None, "a chime with \"chime\": false"
+
+
+def test_on_a_cpu_slower_than_real_time_speech_waits_after_the_chime_until_it_can_flow(slow_app):
+    """The tiny voice is faster than real time at 0.25 CPU; at SLOWER it is not (as the
+    full-size voice on a Pi): speech must not start right after the chime and then run dry."""
+    app = slow_app
+    fresh(app)
+    app.cpu.set(SLOWER)
+    try:
+        t0, _ = say(app, {"text": LONG, "id": "chimed-slow"})
+        finished = app.probe.next_event(event="finished", id="chimed-slow", timeout=180)
+        wait_for(lambda: card_closed(app), 30, what="the card to close")
+    finally:
+        app.cpu.set(0.25)
+    [rec] = app.sink.opens
+    start = chime_starts_at(played(app, rec))
+    assert start is not None
+    heard = rec.first_data + start / RATE - t0
+    print(f"slow: chime after {heard:.3f} s, {finished['seconds']:.2f} s of speech in {rec.eof - t0:.2f} s; "
+          f"holes {app.sink.holes}")
+    assert finished["seconds"] / (rec.eof - t0) < 1.0, "synthesis was not slower than real time"
+    assert heard <= 0.3 + 0.2, f"the chime came {heard:.3f} s after the publish: it waited for synthesis"
+    assert [h for h in app.sink.holes_in_speech() if h.seconds >= 0.03] == [], app.sink.holes
+
+
+def test_a_message_may_name_only_wav_files_in_the_chime_folder(tmp_path):
+    from hayakoe_pi.audio import write_wav
+    from hayakoe_pi.chime import Chimes
+    from hayakoe_pi.mqtt_api import parse_chime
+
+    folder = tmp_path / "chimes"
+    folder.mkdir()
+    write_wav(folder / "bell.wav", default_chime(22050), 22050)
+    write_wav(tmp_path / "outside.wav", default_chime(22050), 22050)
+    (folder / "notes.txt").write_text("not a sound")
+    chimes = Chimes("none", folder)
+    bell = str(folder / "bell.wav")
+    assert parse_chime("bell.wav", chimes.resolve) == parse_chime(bell, chimes.resolve) == bell
+    assert parse_chime(False, chimes.resolve) is False and parse_chime("default", chimes.resolve) == "default"
+    for bad in ("../outside.wav", str(tmp_path / "outside.wav"), "/etc/passwd", "notes.txt", "missing.wav", 3):
+        with pytest.raises(ValueError, match="chime"):
+            parse_chime(bad, chimes.resolve)
+    assert abs(chimes.audio(bell, 44100).size - default_chime(44100).size) <= 2  # resampled to the voice's rate
