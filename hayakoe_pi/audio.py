@@ -229,12 +229,9 @@ class Player:
         ahead.played(0)
         try:
             if prelude is not None and prelude.size:
-                stream, late = self._begin(sd, stream, start, sample_rate, stop)
-                if late is None:
+                stream, begun = self._begin(sd, stream, start, sample_rate, stop, on_start)
+                if not begun:
                     return False
-                begun = True
-                if on_start:
-                    on_start(late)
                 if self._write(stream, prelude * volume, stop) < prelude.size:
                     return False  # cut: the chime fades by itself, the card stays open
             while True:
@@ -262,12 +259,9 @@ class Player:
                         stop.wait(self.WAIT_SECONDS)
                     continue
                 if not begun:
-                    stream, late = self._begin(sd, stream, start, sample_rate, stop)
-                    if late is None:
+                    stream, begun = self._begin(sd, stream, start, sample_rate, stop, on_start)
+                    if not begun:
                         return False
-                    begun = True
-                    if on_start:
-                        on_start(late)
                 data = np.concatenate([held, piece.audio.astype(np.float32, copy=False) * volume])
                 if played == 0 and held.size == 0:
                     n = min(fade, data.size)
@@ -293,10 +287,10 @@ class Player:
         finally:
             self._release(stream, sample_rate)
 
-    def _begin(self, sd, stream, start: float | None, sample_rate: int, stop):
+    def _begin(self, sd, stream, start: float | None, sample_rate: int, stop, on_start):
         """The card (opened if it is not) and silence on it until the first sound is due:
-        the lead-in after an open, and until `start` (time.monotonic()); (stream, how late
-        the sound starts: 0.0 on time), or (stream, None) if stopped meanwhile."""
+        the lead-in after an open, and until `start` (time.monotonic()); then `on_start(how
+        late the sound starts: 0.0 on time)`. (stream, False) if stopped meanwhile."""
         lead = 0.0
         if stream is None:
             stream = self._open(sd, sample_rate)
@@ -308,9 +302,11 @@ class Player:
         while frames > 0:
             n = min(frames, block.size)
             if self._write(stream, block[:n], stop) < n:
-                return stream, None
+                return stream, False
             frames -= n
-        return stream, 0.0 if start is None else max(0.0, now + wait - start)
+        if on_start:
+            on_start(0.0 if start is None else max(0.0, now + wait - start))
+        return stream, True
 
     def _open(self, sd, sample_rate: int):
         try:
