@@ -107,7 +107,9 @@ def one_run(repo: Path, models: Path, voice: str, text: str, cpus: float | None,
             "holes_in_speech": len(speech), "holes_in_speech_s": sum(h.seconds for h in speech),
             "longest_hole_s": max([h.seconds for h in speech], default=0.0),
             "holes_in_pauses": len(pauses), "holes_in_pauses_s": sum(h.seconds for h in pauses),
-            "pause_stretch_s": played - finished["seconds"] if finished.get("seconds") else None,
+            # the lead-in and the chime are no pause
+            "pause_stretch_s": played - finished["seconds"] - lead_in_ms / 1000
+            - (default_chime(RATE).size / RATE if chime else 0.0) if finished.get("seconds") else None,
             "underruns": finished.get("underruns"),
         }
     finally:
