@@ -115,6 +115,22 @@ def test_the_card_stays_open_between_messages_then_closes(app):
     assert latency < LEAD_MS / 1000, f"second message heard {latency:.3f} s after its publish: a lead-in"
 
 
+def test_at_with_a_lead_in_still_starts_at_its_moment(app):
+    """The lead-in is written before "at", not added after it."""
+    fresh(app)
+    wall_minus_steady = time.time() - time.monotonic()
+    at = time.time() + 2.0
+    _, started = say(app, {"text": SHORT, "id": "at", "at": at})
+    assert started["at"] == at and "late_s" not in started, started
+    app.probe.next_event(event="finished", id="at")
+    wait_for(lambda: card_closed(app), KEEP_S + 10, what="the card to close")
+    [rec] = app.sink.opens
+    first = int(np.flatnonzero(played(app, rec))[0])
+    assert first / RATE >= LEAD_MS / 1000  # the lead-in is there
+    offset = rec.first_data + first / RATE + wall_minus_steady - at
+    assert abs(offset) <= 0.03, f"the sound started {offset:+.3f} s after at"
+
+
 def peak(app, message_id: str) -> float:
     """The loudest sample of a message played alone on the card."""
     app.probe.next_event(event="finished", id=message_id)
