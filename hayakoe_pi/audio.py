@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .card import KeptOpen
+
 
 def to_pcm16(audio: np.ndarray) -> np.ndarray:
     """Float samples in [-1, 1] → 16-bit PCM, clipping anything beyond."""
@@ -171,29 +173,41 @@ class Player:
     grows with written silence; inside a sentence nothing is ever added. A
     short fade at the start, at the end and when stopped avoids clicks. Only
     the last few milliseconds are held back (to fade the very end).
+
+    `lead_in_ms` of silence go first whenever the card is opened: speakers and
+    amplifiers wake up meanwhile instead of losing the first syllable. After an
+    utterance the card stays open for `keep_open_s`, fed with silence by a
+    thread of its own (a daemon thread: it never keeps a process alive), so the
+    next utterance needs no lead-in; then it is closed, free for others.
     """
 
     BLOCK = 2048  # frames per write: how often a stop request is noticed
     WAIT_SECONDS = 0.02  # silence written at a time while the next sentence is not ready
 
-    def __init__(self, device: str | int | None = "default", fade_ms: float = 8.0):
+    def __init__(self, device: str | int | None = "default", fade_ms: float = 8.0, lead_in_ms: float = 0.0,
+                 keep_open_s: float = 0.0):
         self.device = device
         self.fade_ms = fade_ms
+        self.lead_in = lead_in_ms / 1000
+        self.keep_open_s = keep_open_s
         self.underruns = 0  # times the card ran dry during the last play()
         self._progress = None
+        self._kept: KeptOpen | None = None
 
     def play(self, source, sample_rate: int, volume: float = 1.0, stop=None, progress=None,
-             start_at: float | None = None, on_start=None) -> bool:
+             start_at: float | None = None, on_start=None, prelude=None) -> bool:
         """Play everything; False if `stop` (a threading.Event) cut it short.
 
         `source` is a SynthesisAhead, or an iterable of float32 chunks. The
         device is opened once the first sentence can flow. `progress()` is
         called after every block written: a sign of life for the watchdog,
         since a wedged device blocks the write. `start_at` (Unix time): the
-        first sound plays then, with silence written before it; if the first
-        sentence cannot flow by then, as soon as it can. `on_start(late)` once
-        the device is opened: how many seconds after `start_at` it starts (0.0
-        on time, or without `start_at`).
+        first sound plays then, with silence (the lead-in included) written
+        before it; if the first sentence cannot flow by then, as soon as it
+        can. `on_start(late)` once the first sound is due: how many seconds
+        after `start_at` it starts (0.0 on time, or without `start_at`).
+        `prelude` (float32 samples, a chime): played at once, before the
+        first sentence can flow; speech follows it once it can flow.
         """
         sd = _sounddevice()
 
@@ -206,7 +220,8 @@ class Player:
         fade = max(1, int(sample_rate * self.fade_ms / 1000))
         ramp = np.linspace(0.0, 1.0, fade, dtype=np.float32)
         silence = np.zeros(int(sample_rate * self.WAIT_SECONDS), dtype=np.float32)
-        stream = None
+        stream = self._take_kept(sample_rate)
+        begun = False  # the first sound (the prelude's, or speech's) is due: the lead-in is written
         held = np.zeros(0, dtype=np.float32)
         index = played = 0
         in_sentence = False  # the last piece written did not end its sentence
@@ -214,10 +229,16 @@ class Player:
         start = None if start_at is None else time.monotonic() + (start_at - time.time())
         ahead.played(0)
         try:
+            if prelude is not None and prelude.size:
+                stream, begun = self._begin(sd, stream, start, sample_rate, stop, on_start)
+                if not begun:
+                    return False
+                if self._write(stream, prelude * volume, stop) < prelude.size:
+                    return False  # cut: the chime fades by itself, the card stays open
             while True:
                 if stop.is_set():
                     if stream is not None:
-                        self._fade_out(stream, held, ramp)
+                        self._write_tail(stream, held, ramp)
                     return False
                 # in a pause on an open card the silence written paces the loop:
                 # waiting for the next piece on top of it would let the card run dry
@@ -226,7 +247,8 @@ class Player:
                 if piece is None and ahead.at_end(index):
                     break
                 now = time.monotonic()
-                first_at = now if stream is not None or start is None else max(now, start)
+                first_at = now if begun else max(now + (0.0 if stream is not None else self.lead_in),
+                                                  start if start is not None else now)
                 waiting = piece is None or (piece.starts_sentence and not ahead.can_flow(index, first_at))
                 if waiting:
                     # inside a sentence nothing can be done but wait (if the card runs
@@ -237,13 +259,10 @@ class Player:
                     elif piece is not None:
                         stop.wait(self.WAIT_SECONDS)
                     continue
-                if stream is None:
-                    stream = self._open(sd, sample_rate)
-                    late = self._silence_until(stream, start, sample_rate, stop)
-                    if late is None:
+                if not begun:
+                    stream, begun = self._begin(sd, stream, start, sample_rate, stop, on_start)
+                    if not begun:
                         return False
-                    if on_start:
-                        on_start(late)
                 data = np.concatenate([held, piece.audio.astype(np.float32, copy=False) * volume])
                 if played == 0 and held.size == 0:
                     n = min(fade, data.size)
@@ -253,20 +272,42 @@ class Player:
                 # synthesis plans by what is still to play: tell it block by block
                 written = self._write(stream, body, stop, lambda n: ahead.played(on_card + n))
                 if written < body.size:  # stopped: fade out from where it was cut
-                    self._fade_out(stream, data[written:written + fade], ramp)
+                    self._write_tail(stream, data[written:written + fade], ramp)
                     return False
                 index += 1
                 played += piece.audio.size
                 ahead.played(played)
                 in_sentence = not piece.ends_sentence
             if stream is not None:
-                self._fade_out(stream, held, ramp)
+                self._write_tail(stream, held, ramp)
             return True
         except sd.PortAudioError as e:
+            self._close(stream)
+            stream = None
             raise AudioError(f"audio device {self.device!r} failed while playing: {e}") from None
         finally:
-            if stream is not None:
-                stream.close(ignore_errors=True)
+            self._release(stream, sample_rate)
+
+    def _begin(self, sd, stream, start: float | None, sample_rate: int, stop, on_start):
+        """The card (opened if it is not) and silence on it until the first sound is due:
+        the lead-in after an open, and until `start` (time.monotonic()); then `on_start(how
+        late the sound starts: 0.0 on time)`. (stream, False) if stopped meanwhile."""
+        lead = 0.0
+        if stream is None:
+            stream = self._open(sd, sample_rate)
+            lead = self.lead_in
+        now = time.monotonic()
+        wait = max(lead, 0.0 if start is None else start - now)
+        frames = int(round(wait * sample_rate))
+        block = np.zeros(min(frames, self.BLOCK), dtype=np.float32)
+        while frames > 0:
+            n = min(frames, block.size)
+            if self._write(stream, block[:n], stop) < n:
+                return stream, False
+            frames -= n
+        if on_start:
+            on_start(0.0 if start is None else max(0.0, now + wait - start))
+        return stream, True
 
     def _open(self, sd, sample_rate: int):
         try:
@@ -277,18 +318,42 @@ class Player:
         stream.start()
         return stream
 
-    def _silence_until(self, stream, start: float | None, sample_rate: int, stop) -> float | None:
-        """Silence on the opened card until `start` (time.monotonic()); how late the sound
-        starts (0.0 on time), or None if stopped meanwhile."""
-        lead = 0.0 if start is None else start - time.monotonic()
-        frames = int(round(lead * sample_rate))
-        block = np.zeros(min(max(frames, 0), self.BLOCK), dtype=np.float32)
-        while frames > 0:
-            n = min(frames, block.size)
-            if self._write(stream, block[:n], stop) < n:
-                return None
-            frames -= n
-        return max(0.0, -lead)
+    def _take_kept(self, sample_rate: int):
+        """The card still open from the last utterance (its silence stopped), or None."""
+        kept, self._kept = self._kept, None
+        if kept is None:
+            return None
+        stream = kept.take()
+        if stream is not None and kept.sample_rate != sample_rate:
+            self._close(stream, drain=True)
+            return None
+        return stream
+
+    def _release(self, stream, sample_rate: int) -> None:
+        """After an utterance: keep the card open, fed with silence, or close it."""
+        if stream is None:
+            return
+        if self.keep_open_s > 0:
+            self._kept = KeptOpen(stream, sample_rate, self.keep_open_s, self.WAIT_SECONDS, self._close)
+        else:
+            self._close(stream, drain=True)
+
+    @staticmethod
+    def _close(stream, drain: bool = False) -> None:
+        if stream is None:
+            return
+        if drain:
+            try:
+                stream.stop()  # returns once the buffered audio has been played
+            except Exception:  # a card gone meanwhile: nothing left to play
+                pass
+        stream.close(ignore_errors=True)
+
+    def close(self) -> None:
+        """Close a card kept open (at shutdown)."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            self._close(kept.take(), drain=True)
 
     def _write(self, stream, data: np.ndarray, stop, written=None) -> int:
         """Frames written before `stop` was set (all of them if it was not); `written(n)` after each block."""
@@ -304,11 +369,10 @@ class Player:
                 self._progress()
         return data.size
 
-    def _fade_out(self, stream, tail: np.ndarray, ramp: np.ndarray) -> None:
+    def _write_tail(self, stream, tail: np.ndarray, ramp: np.ndarray) -> None:
         if tail.size:
             if stream.write(np.clip(tail * ramp[::-1][-tail.size:], -1.0, 1.0).reshape(-1, 1)):
                 self.underruns += 1
-        stream.stop()  # returns once the buffered audio has been played
 
 
 class _Never:

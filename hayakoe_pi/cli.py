@@ -214,7 +214,8 @@ def _say(args: argparse.Namespace) -> int:
     speed = args.speed or config.voice.speed
     ahead = synthesize_ahead(engine, " ".join(args.text), style=style, speed=speed,
                              style_weight=config.voice.style_weight)
-    Player(device).play(ahead, engine.sample_rate, config.audio.volume)
+    # no keep_open_s: the command ends with its sound
+    Player(device, lead_in_ms=config.audio.lead_in_ms).play(ahead, engine.sample_rate, config.audio.volume)
     return 0
 
 

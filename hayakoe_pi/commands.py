@@ -49,6 +49,17 @@ class Commands:
                 self.reports.discovery()  # the style list follows the voice
         self.reports.selection()  # on refusal too, so Home Assistant shows the real value
 
+    def change_announcement(self, name: str, payload: bytes) -> None:
+        """hayakoe/<id>/chime/set (none, default, file) and /quiet_hours/set (ON, OFF)."""
+        settings = self.reports.announcements
+        try:
+            settings.set(name, payload)
+        except ValueError as e:
+            self.reports.error(f"{name} not changed: {e}", code="bad_setting")
+        else:
+            log.info("%s set to %s", name, settings.shown(name))
+        self.reports.selection()
+
     def change_dictionary(self, adding: bool, payload: bytes) -> None:
         """hayakoe/dictionary/add and /remove."""
         try:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from .announcements import QuietHours
+from .chime import CHOICES as CHIME_CHOICES, read_wav
 from .engine import SPEED_RANGE
 from .layout import DEFAULT_VOICE
 from .models.voices import SPEAKERS_DIR, installed_voices
@@ -102,6 +104,17 @@ class AudioConfig:
     device: str | int = "default"
     volume: float = setting(1.0, 0.0, 1.0)
     retry_seconds: float = setting(5.0, 0.1, 3600.0)
+    # silence written when the card opens, before the first sound: speakers and amplifiers
+    # wake up meanwhile (HDMI, USB: 300-500 ms; Bluetooth: 1000-1500 ms)
+    lead_in_ms: float = setting(300.0, 0.0, 5000.0)
+    # after a message the card stays open, fed with silence, this long: the next one needs no lead-in
+    keep_open_s: float = setting(10.0, 0.0, 3600.0)
+    chime: str = "none"  # none, default (made in code) or a path to a 16-bit WAV file
+    chime_dir: str = "/etc/hayakoe-pi/chimes"  # the WAV files a message's "chime" may name
+    quiet_hours: dict | None = None  # {from: "22:00", to: "07:00", volume: 30}, local time
+
+    def quiet(self) -> QuietHours | None:
+        return None if self.quiet_hours is None else QuietHours.parse(self.quiet_hours)
 
 
 @dataclass(frozen=True)
@@ -203,7 +216,8 @@ def _accepted(annotation) -> tuple[type, ...]:
 
 def _type_name(annotation) -> str:
     kinds = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
-    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", type(None): "null"}
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", type(None): "null",
+             dict: "a mapping"}
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
@@ -270,6 +284,16 @@ def _check(config: Config) -> None:
         prefix = getattr(config.mqtt, key)
         if not prefix or any(c in prefix for c in "#+\0") or prefix.startswith("/"):
             raise ConfigError(f"mqtt.{key} {prefix!r} is not a valid MQTT topic prefix")
+    audio = config.audio
+    try:
+        audio.quiet()
+    except ValueError as e:
+        raise ConfigError(f"audio.quiet_hours: {e}") from None
+    if audio.chime not in CHIME_CHOICES:
+        try:
+            read_wav(audio.chime, 44100)
+        except ValueError as e:
+            raise ConfigError(f"audio.chime must be none, default or a WAV file: {e}") from None
     tls = config.mqtt.tls
     if tls.enabled and tls.ca_file and not Path(tls.ca_file).is_file():
         raise ConfigError(f"mqtt.tls.ca_file {tls.ca_file} does not exist")

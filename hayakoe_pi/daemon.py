@@ -24,9 +24,11 @@ from pathlib import Path
 
 from . import sdnotify
 from .admission import Admission
+from .announcements import AnnouncementSettings, playing_volume
 from .ahead import SynthesisAhead
 from .audio import AudioError, Player, check_device, rescan_devices
 from .cache import PhraseCache
+from .chime import Chimes
 from .commands import Commands
 from .config import Config
 from .engine import TextError
@@ -37,7 +39,7 @@ from .receipts import Receipts
 from .reports import Reports
 from .speaking import SpeakingRecord, died_speaking
 from .speech import SavedSelection, SpeechError, SpeechService
-from .topics import SELECTION, Topics
+from .topics import ANNOUNCEMENT, SELECTION, Topics
 from .text.dictionary import UserDictionary
 from .threads import name_os_thread
 
@@ -60,13 +62,16 @@ class Daemon:
                                     selection, voice_cfg.name, voice_cfg.style, voice_cfg.speed,
                                     voice_cfg.style_weight, config.queue.max_text_chars, words,
                                     config.cache.dictionary_dir)
-        self.player = Player(config.audio.device)
+        audio = config.audio
+        self.player = Player(audio.device, lead_in_ms=audio.lead_in_ms, keep_open_s=audio.keep_open_s)
+        self.chimes = Chimes(audio.chime, audio.chime_dir)
+        self.announcements = AnnouncementSettings(state.with_name("announcements.json"), audio.chime, audio.quiet())
         self.identity = config.identity()
         mqtt = config.mqtt
         self.topics = Topics(mqtt.topic_prefix, self.identity.id, mqtt.discovery_prefix, mqtt.birth_topic)
         self.link = BrokerLink(mqtt, self.identity.client_id, self.topics, self.on_command, self.on_request,
                                self._on_connected)
-        self.reports = Reports(self.link, self.topics, self.identity, self.speech)
+        self.reports = Reports(self.link, self.topics, self.identity, self.speech, self.announcements)
         self.commands = Commands(self.speech, self.reports)
         self.commands.reload_dictionary(announce=False)
         # the request being spoken, on disk: after a crash the next start tells Home Assistant,
@@ -107,6 +112,7 @@ class Daemon:
         with self.cond:
             self.cond.notify_all()
         self.worker.join(timeout=1.5)
+        self.player.close()
         self.speaking_record.mark_clean()  # what it was speaking (if anything) did not kill it
         if self.speaking is not None:  # let the decoder window in progress end
             self.speaking.join(timeout=2.0)
@@ -152,9 +158,10 @@ class Daemon:
             if payload.strip() == b"online":  # Home Assistant restarted: announce again
                 self.reports.discovery()
         else:
-            for name in SELECTION:
+            for name in SELECTION + ANNOUNCEMENT:
                 if topic == t.setting_set(name):
-                    self.commands.submit(self.commands.change_selection, name, payload)
+                    change = self.commands.change_selection if name in SELECTION else self.commands.change_announcement
+                    self.commands.submit(change, name, payload)
 
     def on_request(self, topic: str, payload: bytes, ack=None) -> None:
         """A say or prepare message; `ack()` once it has its last event (the broker keeps it until then)."""
@@ -162,7 +169,7 @@ class Daemon:
 
     def submit(self, payload: bytes, play: bool = True, ack=lambda: None) -> SayRequest | None:
         try:
-            request = parse_say(payload, self.speech, play)
+            request = parse_say(payload, self.speech, play, self.chimes.resolve)
         except PayloadError as e:
             self.reports.error(str(e), e.request_id, e.text, e.code)
             ack()
@@ -191,6 +198,9 @@ class Daemon:
             if request.interrupt:
                 self.queue.appendleft(request)
                 self.cut.set()
+            elif request.alert:  # before every waiting message, after the alerts already waiting
+                ahead = next((i for i, r in enumerate(self.queue) if not r.alert), len(self.queue))
+                self.queue.insert(ahead, request)
             else:
                 self.queue.append(request)
             self.cond.notify()
@@ -245,16 +255,20 @@ class Daemon:
             self._final_error(str(e), request, e.code.replace("-", "_"))
             return
         utterance = self.speech.utterance(request.text, choice, request.speed, progress=self._note_progress)
+        sound, chime, volume = {}, None, 1.0  # how it is heard: with a chime, quieted by quiet hours
         if request.play:
             self.reports.state("speaking")
+            volume, quieted = playing_volume(self.speech.current_volume() if request.volume is None
+                                             else request.volume, self.announcements.quiet, request.alert)
+            chime = self._chime(request, choice.sample_rate)
+            sound = {key: True for key, on in (("chime", chime is not None), ("quiet_hours", quieted)) if on}
         if request.at is None or not request.play:
-            self._event("started", request)
+            self._event("started", request, **sound)
         ahead = self.speaking = utterance.ahead
         completed = False
         try:
             if request.play:
-                volume = request.volume if request.volume is not None else self.speech.current_volume()
-                completed = self._play(request, ahead, choice.sample_rate, volume)
+                completed = self._play(request, ahead, choice.sample_rate, volume, chime, sound)
             else:
                 completed = self._synthesize_only(ahead)
         except (TextError, ValueError) as e:
@@ -291,7 +305,15 @@ class Daemon:
             ahead.played(samples)
         return False
 
-    def _play(self, request: SayRequest, ahead: SynthesisAhead, sr: int, volume: float) -> bool | None:
+    def _chime(self, request: SayRequest, sample_rate: int):
+        """The chime's samples before this message (None: none); a WAV gone unreadable is left out."""
+        try:
+            return self.chimes.audio(self.announcements.chime_for(request.chime), sample_rate)
+        except ValueError as e:
+            log.warning("no chime for %r: %s", request.id, e)
+            return None
+
+    def _play(self, request: SayRequest, ahead: SynthesisAhead, sr: int, volume: float, chime, sound) -> bool | None:
         """Play with retries when the device is missing or fails; None when it gave up.
 
         A retry starts the utterance over, from what was synthesized meanwhile.
@@ -301,14 +323,15 @@ class Daemon:
         def started(late: float) -> None:
             if request.at is not None and not starts:
                 starts.append(late)
-                self._event("started", request, at=request.at, **({"late_s": round(late, 3)} if late else {}))
+                self._event("started", request, at=request.at, **({"late_s": round(late, 3)} if late else {}),
+                            **sound)
 
         for attempt in range(1, AUDIO_ATTEMPTS + 1):
             if attempt > 1:
                 rescan_devices()  # a card plugged in (again) meanwhile is found
             try:
                 return self.player.play(ahead, sr, volume, stop=self.cut, progress=self._note_progress,
-                                        start_at=request.at, on_start=started)
+                                        start_at=request.at, on_start=started, prelude=chime)
             except AudioError as e:
                 wait = self.config.audio.retry_seconds
                 if attempt == AUDIO_ATTEMPTS:

@@ -6,7 +6,7 @@ import re
 
 from . import __version__
 from .config import Identity
-from .topics import SELECTION, Topics
+from .topics import ANNOUNCEMENT, SELECTION, Topics
 
 
 def entity_slug(text: str) -> str:
@@ -19,7 +19,7 @@ ORIGIN = {"name": "hayakoe-pi", "sw_version": __version__}
 
 
 def discovery_messages(topics: Topics, identity: Identity, voices: list[str],
-                       styles: list[str]) -> list[tuple[str, dict]]:
+                       styles: list[str], chimes: list[str] = ("none", "default")) -> list[tuple[str, dict]]:
     """(topic, config) for each Home Assistant entity of this Pi's device."""
     node = identity.id
     device = {
@@ -53,10 +53,15 @@ def discovery_messages(topics: Topics, identity: Identity, voices: list[str],
                state_topic=topics.setting("style"), options=styles, qos=1, icon="mdi:emoticon"),
         entity("button", "stop", "Stop", command_topic=topics.room_stop, payload_press="stop", qos=1,
                icon="mdi:stop"),
+        entity("select", "chime", "Chime", command_topic=topics.setting_set("chime"),
+               state_topic=topics.setting("chime"), options=list(chimes), qos=1, icon="mdi:bell-ring"),
+        entity("switch", "quiet_hours", "Quiet hours", command_topic=topics.setting_set("quiet_hours"),
+               state_topic=topics.setting("quiet_hours"), payload_on="ON", payload_off="OFF", state_on="ON",
+               state_off="OFF", qos=1, icon="mdi:weather-night"),
     ]
 
 
 def retained_topics(topics: Topics, identity: Identity) -> list[str]:
     """Every topic this Pi publishes retained: its discovery configs, status, state, settings."""
     return [topic for topic, _ in discovery_messages(topics, identity, [], [])] + \
-        [topics.status, topics.state, *(topics.setting(s) for s in SELECTION)]
+        [topics.status, topics.state, *(topics.setting(s) for s in SELECTION + ANNOUNCEMENT)]

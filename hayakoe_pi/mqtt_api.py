@@ -1,7 +1,8 @@
 """The MQTT API: payloads turned into typed requests, and the events that answer them.
 
     hayakoe/[<device>/]say, /prepare   plain text, or JSON {"text", "voice", "style", "speed",
-                                       "volume", "id", "interrupt", "at", "max_age", "sent"}  -> SayRequest
+                                       "volume", "id", "interrupt", "at", "max_age", "sent",
+                                       "chime", "priority"}  -> SayRequest
     hayakoe/<device>/<setting>/set     volume 0-100, a voice, a style  -> the value
     hayakoe/<device>/event             {"event": ..., "id", "text", ...}  <- event(), error_event()
 """
@@ -20,7 +21,9 @@ from dataclasses import dataclass, field
 from .engine import SPEED_RANGE
 from .speech import SpeechError, SpeechService, check_number
 
-REQUEST_FIELDS = ("text", "voice", "style", "speed", "volume", "id", "interrupt", "at", "max_age", "sent")
+REQUEST_FIELDS = ("text", "voice", "style", "speed", "volume", "id", "interrupt", "at", "max_age", "sent",
+                  "chime", "priority")
+PRIORITIES = ("normal", "alert")  # alert: before every waiting message, and louder than quiet hours
 EVENT_TEXT_CHARS = 200  # events quote at most this much of the text
 MAX_ID_CHARS = 128
 # "at" (Unix time) further ahead than this is refused: a room waiting for it holds its queue
@@ -57,6 +60,8 @@ class SayRequest:
     at: float | None = None  # Unix time to start the sound at (rooms in step); None: as soon as it can
     max_age: float | None = None  # seconds; None: queue.max_age_s
     sent: float | None = None  # Unix time the sender sent it, when it says so
+    chime: bool | str | None = None  # True: this Pi's chime, False: none, a WAV in audio.chime_dir; None: as set
+    alert: bool = False  # "priority": "alert"
     received: float = 0.0  # Unix time this Pi first received it (kept across restarts)
     digest: str = ""  # of the payload: the same message when the broker hands it over again
     play: bool = True  # False: only synthesize into the cache (prepare)
@@ -82,8 +87,11 @@ def _code(e: SpeechError) -> str:
     return e.code.replace("-", "_")  # MQTT's codes are snake_case; Wyoming keeps its own
 
 
-def parse_say(payload: bytes, service: SpeechService, play: bool = True) -> SayRequest:
-    """A `say` (or `prepare`) payload as a checked request, or PayloadError."""
+def parse_say(payload: bytes, service: SpeechService, play: bool = True, chime_file=None) -> SayRequest:
+    """A `say` (or `prepare`) payload as a checked request, or PayloadError.
+
+    `chime_file(name)`: a "chime" given as a WAV file's name or path, as the file
+    to play (only files in audio.chime_dir: chime.Chimes.resolve), or ValueError."""
     limit = max_payload_bytes(service.max_text_chars)
     if len(payload) > limit:  # before decoding: a huge payload is never copied into text
         raise PayloadError(f"payload too large ({len(payload)} bytes, limit {limit})", code="too_large")
@@ -92,7 +100,7 @@ def parse_say(payload: bytes, service: SpeechService, play: bool = True) -> SayR
     except UnicodeDecodeError:
         raise PayloadError("payload is not valid UTF-8 text") from None
     if _JSON_OBJECT_RE.match(raw) or raw.lstrip().startswith("["):
-        request = _parse_json(raw, service)
+        request = _parse_json(raw, service, chime_file)
     else:  # plain text, also when it starts with a brace: {笑}ただいま
         request = SayRequest(id=_new_id(), text=raw)
     request.play = play
@@ -104,7 +112,7 @@ def parse_say(payload: bytes, service: SpeechService, play: bool = True) -> SayR
     return request
 
 
-def _parse_json(raw: str, service: SpeechService) -> SayRequest:
+def _parse_json(raw: str, service: SpeechService, chime_file=None) -> SayRequest:
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, RecursionError) as e:
@@ -146,6 +154,12 @@ def _parse_json(raw: str, service: SpeechService) -> SayRequest:
             request.at = parse_at(data["at"])
         if data.get("max_age") is not None:
             request.max_age = check_number(data["max_age"], "max_age (seconds)", *MAX_AGE_RANGE)
+        if data.get("chime") is not None:
+            request.chime = parse_chime(data["chime"], chime_file)
+        if data.get("priority") is not None:
+            if data["priority"] not in PRIORITIES:
+                raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}")
+            request.alert = data["priority"] == "alert"
         if data.get("sent") is not None:
             request.sent = check_number(data["sent"], "sent (a Unix time in seconds)", 0, math.inf)
     except SpeechError as e:
@@ -153,6 +167,16 @@ def _parse_json(raw: str, service: SpeechService) -> SayRequest:
     except ValueError as e:
         raise PayloadError(str(e), rid, quoted) from None
     return request
+
+
+def parse_chime(value, chime_file=None) -> bool | str:
+    """The "chime" field: true (this Pi's chime), false (none), "default", "none", or a WAV
+    file in audio.chime_dir (its name or path; nothing else in a payload is read as a file)."""
+    if isinstance(value, bool) or value in ("none", "default"):
+        return value
+    if not isinstance(value, str) or not value.strip() or chime_file is None:
+        raise ValueError("chime must be true, false, \"default\", \"none\" or a WAV file in audio.chime_dir")
+    return chime_file(value)
 
 
 def parse_at(value, now: float | None = None) -> float | None:

@@ -9,7 +9,8 @@ from .discovery import discovery_messages
 from .mqtt import BrokerLink
 from .mqtt_api import error_event
 from .speech import SpeechService
-from .topics import SELECTION, Topics
+from .announcements import AnnouncementSettings
+from .topics import ANNOUNCEMENT, SELECTION, Topics
 
 log = logging.getLogger("hayakoe_pi")
 
@@ -17,8 +18,10 @@ log = logging.getLogger("hayakoe_pi")
 class Reports:
     """Publishes under this Pi's own topics; none of it blocks (paho queues it)."""
 
-    def __init__(self, link: BrokerLink, topics: Topics, identity: Identity, speech: SpeechService):
+    def __init__(self, link: BrokerLink, topics: Topics, identity: Identity, speech: SpeechService,
+                 announcements: AnnouncementSettings):
         self.link, self.topics, self.identity, self.speech = link, topics, identity, speech
+        self.announcements = announcements
 
     def event(self, payload: dict) -> None:
         """An event on this Pi's event topic; every event names the Pi, for automations that
@@ -45,8 +48,11 @@ class Reports:
     def selection(self) -> None:
         for name in SELECTION:
             self.link.publish(self.topics.setting(name), self.speech.shown(name), retain=True)
+        for name in ANNOUNCEMENT:
+            self.link.publish(self.topics.setting(name), self.announcements.shown(name), retain=True)
 
     def discovery(self) -> None:
         styles = self.speech.styles(self.speech.current_voice())
-        for topic, config in discovery_messages(self.topics, self.identity, self.speech.voices(), styles):
+        for topic, config in discovery_messages(self.topics, self.identity, self.speech.voices(), styles,
+                                                self.announcements.chime_options):
             self.link.publish(topic, config, retain=True)

@@ -2,12 +2,14 @@
 
     household (every Pi acts on it)   <prefix>/say, /stop, /prepare, /dictionary/add|remove
     this Pi only                      <prefix>/<device.id>/say, /stop, /prepare, /<setting>/set
+                                      (settings: volume, voice, style, chime, quiet_hours)
     what this Pi publishes            <prefix>/<device.id>/status, /state, /event, /<setting>
 """
 
 from __future__ import annotations
 
 SELECTION = ("volume", "voice", "style")  # what Home Assistant sets and sees (retained)
+ANNOUNCEMENT = ("chime", "quiet_hours")  # the same, for announcements (announcements.py)
 
 
 class Topics:
@@ -34,7 +36,7 @@ class Topics:
         self.ha_status = birth_topic  # Home Assistant's birth message: `online` when it (re)starts
 
     def setting(self, name: str) -> str:
-        """Retained state topic of a setting (volume, voice, style)."""
+        """Retained state topic of a setting (volume, voice, style, chime, quiet_hours)."""
         return f"{self.own}/{name}"
 
     def setting_set(self, name: str) -> str:
@@ -46,7 +48,8 @@ class Topics:
 
     def commands(self) -> list[str]:
         """What the control connection subscribes to."""
-        return [self.stop, self.room_stop, *(self.setting_set(s) for s in SELECTION), self.dictionary_add,
+        return [self.stop, self.room_stop, *(self.setting_set(s) for s in SELECTION + ANNOUNCEMENT),
+                self.dictionary_add,
                 self.dictionary_remove, self.ha_status]
 
     def before_rooms(self) -> list[str]:

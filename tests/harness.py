@@ -665,7 +665,9 @@ def write_config(path: Path, port: int, prefix: str, workdir: Path, **sections) 
                  "client_id": f"hayakoe-test-{prefix}", "keepalive": 5},
         "models": {"dir": str(FIXTURE_MODELS)},
         "voice": {"name": "tiny-voice"},
-        "audio": {"retry_seconds": 0.5},
+        # no lead-in, the card closed after each message: tests measure sound from the card's open
+        # (test_announcements asks for a lead-in and keep-open)
+        "audio": {"retry_seconds": 0.5, "lead_in_ms": 0, "keep_open_s": 0},
         "cache": {"dir": str(workdir / "cache"), "max_mb": 50},
         "state": {"file": str(workdir / "state" / "state.json")},
         "log": {"level": "DEBUG"},

@@ -15,6 +15,7 @@ from conftest import REPO
 from harness import AlsaSink, Mosquitto, Probe, appliance, free_port, settle, wait_for, write_config
 
 LONG_TEXT = "冷蔵庫のドアが開いています。閉めてください。" * 4
+ENTITIES = 8  # Home Assistant entities per Pi: say, state, volume, voice, style, stop, chime, quiet hours
 
 
 @pytest.fixture(scope="module")
@@ -200,12 +201,12 @@ def test_home_assistant_discovery(app):
         for topic, payload, retained in app.probe.messages:
             if topic.startswith("homeassistant/") and topic.endswith("/config") and payload:
                 found[topic] = json.loads(payload)
-        return found if len(found) >= 6 else None
+        return found if len(found) >= ENTITIES else None
 
     found = wait_for(configs, 10, what="discovery")
     by_kind = {t.split("/")[1] + ":" + t.split("/")[3]: c for t, c in found.items() if t.split("/")[2] == node}
     assert set(by_kind) == {"notify:say", "sensor:state", "number:volume", "select:voice",
-                            "select:style", "button:stop"}
+                            "select:style", "button:stop", "select:chime", "switch:quiet_hours"}
     for config in by_kind.values():
         assert config["availability_topic"] == f"{app.prefix}/pi/status"
         assert config["device"]["identifiers"] == [node]
@@ -215,9 +216,11 @@ def test_home_assistant_discovery(app):
     assert by_kind["select:voice"]["options"] == ["tiny-voice", "tiny-voice-nodur"]
     assert "Neutral" in by_kind["select:style"]["options"]
     assert by_kind["button:stop"]["command_topic"] == f"{app.prefix}/pi/stop"
+    assert by_kind["select:chime"]["options"] == ["none", "default"]
+    assert by_kind["switch:quiet_hours"]["command_topic"] == f"{app.prefix}/pi/quiet_hours/set"
     late = Probe(app.broker.port, app.prefix)  # retained, so a restarted HA finds them too
     try:
-        wait_for(lambda: sum(1 for t, _, r in late.messages if r and t.endswith("/config") and t.split("/")[2] == node) >= 6,
+        wait_for(lambda: sum(1 for t, _, r in late.messages if r and t.endswith("/config") and t.split("/")[2] == node) >= ENTITIES,
                  10, what="retained discovery")
     finally:
         late.close()
@@ -335,10 +338,10 @@ def test_the_birth_topic_is_its_own_setting(tmp_path):
         def announced():
             return sum(1 for t, _, _ in app.probe.messages if t.startswith("hk-discovery/") and t.endswith("/config"))
 
-        wait_for(lambda: announced() >= 6, 10, what="discovery under the configured prefix")
+        wait_for(lambda: announced() >= ENTITIES, 10, what="discovery under the configured prefix")
         before = announced()
         app.probe.client.publish("hk-discovery/status", "online", qos=1).wait_for_publish(5)  # not the birth topic
         app.probe.client.publish("hk-ha/birth", "online", qos=1).wait_for_publish(5)
         app.probe.publish("volume/set", "50")  # handled after both, on the same connection
         wait_for(lambda: app.probe.last("volume") == b"50", 10, what="the volume after the birth messages")
-        assert announced() == before + 6  # announced again once: for the birth topic alone
+        assert announced() == before + ENTITIES  # announced again once: for the birth topic alone

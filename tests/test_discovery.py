@@ -31,16 +31,19 @@ PLATFORM = {
     "select": {"command_template", "command_topic", "encoding", "optimistic", "options", "qos", "retain",
                "state_topic", "value_template"},
     "button": {"command_template", "command_topic", "device_class", "encoding", "payload_press", "qos", "retain"},
+    "switch": {"command_topic", "device_class", "encoding", "optimistic", "payload_off", "payload_on", "qos",
+               "retain", "state_off", "state_on", "state_topic", "value_template"},
 }
 REQUIRED = {"notify": {"command_topic"}, "sensor": {"state_topic"}, "number": {"command_topic"},
-            "select": {"command_topic", "options"}, "button": {"command_topic"}}
+            "select": {"command_topic", "options"}, "button": {"command_topic"}, "switch": {"command_topic"}}
 DEVICE = {"configuration_url", "connections", "hw_version", "identifiers", "manufacturer", "model", "model_id",
           "name", "serial_number", "suggested_area", "sw_version", "via_device"}
 ORIGIN = {"name", "support_url", "sw_version"}
 
 # the entity ids of a Pi installed before device.id (client id hayakoe-pi), which an upgrade keeps
 PROMISED = {"notify.hayakoe_pi_say", "sensor.hayakoe_pi_state", "number.hayakoe_pi_volume",
-            "select.hayakoe_pi_voice", "select.hayakoe_pi_style", "button.hayakoe_pi_stop"}
+            "select.hayakoe_pi_voice", "select.hayakoe_pi_style", "button.hayakoe_pi_stop",
+            "select.hayakoe_pi_chime", "switch.hayakoe_pi_quiet_hours"}  # announcements (#36)
 
 
 def messages(config: Config = Config()):
@@ -86,8 +89,8 @@ def test_each_pi_is_its_own_device_in_its_area():
     for found in (kitchen, bedroom):
         assert_home_assistant_accepts(found)
     ids = [config["unique_id"] for _, config in kitchen + bedroom]
-    assert len(set(ids)) == len(ids) == 12
-    assert len({topic for topic, _ in kitchen + bedroom}) == 12
+    assert len(set(ids)) == len(ids) == 16
+    assert len({topic for topic, _ in kitchen + bedroom}) == 16
     _, say = kitchen[0]
     assert say["unique_id"] == "kitchen-3fa2c1_say" and say["default_entity_id"] == "notify.kitchen_3fa2c1_say"
     assert say["device"]["name"] == "Kitchen" and say["device"]["suggested_area"] == "Kitchen"
