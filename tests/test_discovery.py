@@ -110,6 +110,7 @@ VALUES = {
     "payload_available": str, "payload_not_available": str, "payload_press": str,
     "qos": {0, 1, 2}, "min": float, "max": float, "step": float, "mode": {"auto", "box", "slider"},
     "unit_of_measurement": str, "options": list, "device": dict, "origin": dict,
+    "payload_on": str, "payload_off": str, "state_on": str, "state_off": str,
 }
 
 
