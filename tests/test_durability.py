@@ -20,24 +20,24 @@ def count(events, kind) -> Counter:
     return Counter(e["id"] for e in events if e["event"] == kind)
 
 
-def test_sigterm_mid_queue_acknowledges_nothing_unfinished(tmp_path):
-    """systemctl restart during a queue: what was cut and what waited come back, each spoken once,
-    in order, the cut one from its start (shutdown acknowledges none of them)."""
+def cut_mid_queue(tmp_path, texts: dict[str, str], stop) -> list[dict]:
+    """Say `texts` (id → text), stop the daemon with `stop(daemon)` while the first plays and the
+    rest wait, start it again as systemd would; every event once all are finished."""
     broker = Mosquitto(tmp_path / "broker").start()
     prefix = f"hk{broker.port}"
     probe = Probe(broker.port, prefix)
     sink = AlsaSink(tmp_path)
     config = write_config(tmp_path / "config.yaml", broker.port, prefix, tmp_path, cache={"max_mb": 0})
-    ids = [f"t{i}" for i in range(5)]
+    ids = list(texts)
     daemon = DaemonProcess(config, sink.home, tmp_path / "first.log")
     try:
         wait_for(lambda: probe.last("status") == b"online", 90, what="the daemon to come online")
-        probe.publish("say", {"id": "t0", "text": "冷蔵庫のドアが開いています。閉めてください。" * 3})
-        for i in ids[1:]:
-            probe.publish("say", {"id": i, "text": f"{i[1:]}番目のお知らせです。"})
-        probe.next_event(event="started", id="t0", timeout=60)
-        wait_for(lambda: count(events_of(probe), "queued")["t4"] == 1, 30, what="all queued")
-        assert daemon.stop() == 0  # SIGTERM, as systemctl restart sends it
+        for i, text in texts.items():
+            probe.publish("say", {"id": i, "text": text})
+        probe.next_event(event="started", id=ids[0], timeout=60)
+        wait_for(lambda: sink.raw.stat().st_size > 0.3 * 44100 * SAMPLE_BYTES, 30, what="the first to be heard")
+        wait_for(lambda: count(events_of(probe), "queued")[ids[-1]] == 1, 30, what="all queued")
+        stop(daemon)
         assert not count(events_of(probe), "finished")
         daemon = DaemonProcess(config, sink.home, tmp_path / "second.log")
         wait_for(lambda: len(count(events_of(probe), "finished")) == len(ids), 180,
@@ -49,44 +49,32 @@ def test_sigterm_mid_queue_acknowledges_nothing_unfinished(tmp_path):
         broker.stop()
     events = events_of(probe)
     assert count(events, "finished") == {i: 1 for i in ids}
-    assert [e["id"] for e in events if e["event"] == "finished"] == ids
-    assert count(events, "started") == {i: 2 if i == "t0" else 1 for i in ids}
+    assert [e["id"] for e in events if e["event"] == "finished"] == ids  # in the order sent
+    # the cut one again from its start; the others once
+    assert count(events, "started") == {i: 2 if i == ids[0] else 1 for i in ids}
     assert not [e for e in events if e["event"] in ("error", "duplicate")], events
+    return events
+
+
+def test_sigterm_mid_queue_acknowledges_nothing_unfinished(tmp_path):
+    """systemctl restart during a queue: what was cut and what waited come back, each spoken once,
+    in order, the cut one from its start (shutdown acknowledges none of them)."""
+    texts = {"t0": "冷蔵庫のドアが開いています。閉めてください。" * 3,
+             **{f"t{i}": f"{i}番目のお知らせです。" for i in range(1, 5)}}
+    def sigterm(daemon):  # as systemctl restart sends it
+        assert daemon.stop() == 0
+
+    cut_mid_queue(tmp_path, texts, sigterm)
 
 
 def test_kill_9_of_the_daemon_mid_queue_loses_nothing(tmp_path):
-    broker = Mosquitto(tmp_path / "broker").start()
-    prefix = f"hk{broker.port}"
-    probe = Probe(broker.port, prefix)
-    sink = AlsaSink(tmp_path)
-    config = write_config(tmp_path / "config.yaml", broker.port, prefix, tmp_path, cache={"max_mb": 0})
-    ids = [f"m{i}" for i in range(11)]  # one spoken, ten queued behind it
-    daemon = DaemonProcess(config, sink.home, tmp_path / "first.log")
-    try:
-        wait_for(lambda: probe.last("status") == b"online", 90, what="the daemon to come online")
-        for i in ids:
-            probe.publish("say", {"id": i, "text": f"{i[1:]}番目のお知らせです。"})
-        probe.next_event(event="started", id="m0", timeout=60)
-        wait_for(lambda: sink.raw.stat().st_size > 0.3 * 44100 * SAMPLE_BYTES, 30, what="m0 to be heard")
-        wait_for(lambda: count(events_of(probe), "queued")["m10"] == 1, 30, what="all queued")
-        daemon.proc.kill()  # as the OOM killer would
+    def kill_9(daemon):  # as the OOM killer would
+        daemon.proc.kill()
         daemon.proc.wait(10)
-        assert not count(events_of(probe), "finished")
-        daemon = DaemonProcess(config, sink.home, tmp_path / "second.log")  # as systemd would
-        wait_for(lambda: len(count(events_of(probe), "finished")) == len(ids), 180,
-                 what="every message to be spoken after the restart")
-    finally:
-        daemon.stop()
-        sink.stop()
-        probe.close()
-        broker.stop()
-    events = events_of(probe)
-    assert count(events, "finished") == {i: 1 for i in ids}
-    assert [e["id"] for e in events if e["event"] == "finished"] == ids  # in the order sent
-    # the cut one again from its start; the others once
-    assert count(events, "started") == {i: 2 if i == "m0" else 1 for i in ids}
+
+    texts = {f"m{i}": f"{i}番目のお知らせです。" for i in range(11)}  # one spoken, ten queued behind it
+    events = cut_mid_queue(tmp_path, texts, kill_9)
     assert [(e["id"], e["text"]) for e in events if e["event"] == "interrupted"] == [("m0", "0番目のお知らせです。")]
-    assert not [e for e in events if e["event"] in ("error", "duplicate")], events
 
 
 def test_kill_9_of_the_broker_as_installed_loses_no_waiting_message(tmp_path):
