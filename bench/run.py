@@ -29,11 +29,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # texts.py, playback.py, memory.py: beside it
+from report import DECODER_GFLOP_PER_AUDIO_SECOND, IMPLS, PI_VARIANTS, chart, markdown  # noqa: E402
 from texts import TEXTS  # noqa: E402
 
-IMPLS = ("hayakoe-pi", "hayakoe")
-LABEL = {"hayakoe-pi": "hayakoe-pi", "hayakoe": "HayaKoe 1.3.1"}
-DECODER_GFLOP_PER_AUDIO_SECOND = 54.0
+ARM_PATH_CACHE = Path.home() / ".cache" / "hayakoe-pi-arm-path"  # XDG_CACHE_HOME of --arm-path's variants
 
 
 # --------------------------------------------------------------------------
@@ -66,10 +65,10 @@ def _load(impl: str, models: Path, voice: str, cache: Path):
     """
     import numpy as np
 
-    if impl == "hayakoe-pi":
+    if impl in PI_VARIANTS:
         from hayakoe_pi import Engine
 
-        eng = Engine(models, voice=voice)
+        eng = Engine(models, voice=voice, decoder=PI_VARIANTS[impl]["decoder"])
         sr = eng.sample_rate
 
         def stream(text: str):
@@ -135,7 +134,10 @@ def worker(impl: str, models: Path, voice: str, text: str) -> dict:
 def run_worker(impl: str, models: Path, voice: str, text: str, timeout: float) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", impl,
            "--models", str(models), "--voice", voice, "--text", text]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    env = dict(os.environ)
+    if PI_VARIANTS.get(impl, {}).get("arm_path"):  # prepared apart: the 1-D forms alone
+        env.update(HAYAKOE_PI_ARM_PATH="1", XDG_CACHE_HOME=str(ARM_PATH_CACHE))
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or not lines:
         raise RuntimeError(f"{impl} worker failed (rc={p.returncode}):\n{p.stderr[-3000:]}")
@@ -218,98 +220,6 @@ def pair_advantage(pi_runs: list[dict], hk_runs: list[dict]) -> dict:
             "speech_rtf": median([rtf(p, "speech_s") / rtf(h, "speech_s") for p, h in pairs])}
 
 
-def _f(v: float, digits: int = 2) -> str:
-    return f"{v:.{digits}f}"
-
-
-def markdown(results: dict) -> str:
-    m = results["machine"]
-    v = results["versions"]
-    lines = [
-        f"Machine: {m['cpu']}, {m['physical_cores'] or '?'} cores / {m['logical_cpus']} threads, "
-        f"{m['memory_gb']} GB, {m['machine']}, Linux {m['kernel']}, Python {m['python']}  ",
-        f"Date: {results['date']}; hayakoe-pi {v['hayakoe-pi']} ({v['hayakoe-pi git']}), "
-        f"HayaKoe {v['hayakoe']}, onnxruntime {v['onnxruntime']}, numpy {v['numpy']}, "
-        f"transformers {v['transformers']}  ",
-        f"Models: `{results['models']}` voice `{results['voice']}` (random weights, full "
-        f"JP-Extra size; BERT Q8 {results['model_sizes_mb']['bert_q8.onnx']:.0f} MB, "
-        f"synthesizer {results['model_sizes_mb']['synthesizer.onnx']:.0f} MB); style Neutral, "
-        f"speed 1.0, each API's default noise; median of {results['repeats']} runs, "
-        "implementations alternating, each run a fresh process (load, one untimed warm-up "
-        "of the same text, one timed streaming run).",
-        "",
-        "| text | implementation | audio s | speech s | load s | first audio s | total s | RTF | "
-        "speech RTF | decoder GFLOP/s | peak RSS MB |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
-    ]
-    for t in results["texts"]:
-        s = t["summary"]
-        name = f"{t['name']} ({len(t['text'])} chars, {t['sentences']} sent.)"
-        for impl in IMPLS:
-            r = s[impl]
-            lines.append(
-                f"| {name if impl == IMPLS[0] else ''} | {LABEL[impl]} | {_f(r['audio_s'], 1)} | "
-                f"{_f(r['speech_s'], 1)} | {_f(r['load_s'])} | {_f(r['first_s'])} | {_f(r['total_s'])} | "
-                f"{_f(r['rtf'])} | {_f(r['speech_rtf'])} | {_f(r['decoder_gflops'], 1)} | "
-                f"{r['peak_rss_mb']:.0f} |")
-        a, pair = t["advantage"], t["pair_advantage"]
-        lines.append(
-            f"| | **hayakoe-pi advantage** | | | **{_f(a['load_s'])}×** | **{_f(a['first_s'])}×** | "
-            f"**{_f(a['total_s'])}×** | **{_f(a['rtf'])}×** | **{_f(a['speech_rtf'])}×** | "
-            f"**{_f(a['decoder_gflops'])}×** | **{_f(a['peak_rss_mb'])}×** |")
-        lines.append(f"| | median of the pairs' advantage | | | | | {_f(pair['total_s'])}× | "
-                     f"{_f(pair['rtf'])}× | {_f(pair['speech_rtf'])}× | | |")
-    lines += [
-        "",
-        "RTF = seconds of audio per second of synthesis (>1: faster than real time). Speech "
-        "is the audio less the silence each implementation puts between sentences (samples "
-        "exactly 0: they cost no synthesis, and hayakoe-pi's pauses are longer), speech RTF "
-        "its seconds per second of synthesis. "
-        f"Decoder GFLOP/s = speech RTF × {DECODER_GFLOP_PER_AUDIO_SECOND:g} GFLOP per second of speech "
-        "(the HiFi-GAN decoder's cost; BERT and the rest are on top, so it is a lower bound). "
-        "\"advantage\" > 1 means hayakoe-pi is better: HayaKoe ÷ hayakoe-pi for times and "
-        "memory, hayakoe-pi ÷ HayaKoe for RTF and GFLOP/s; \"median of the pairs\" takes "
-        "it in each pair of runs made one after the other, which share the machine's speed "
-        "of the minute. Load includes importing the "
-        "package; first audio is the first chunk of each one's streaming API "
-        "(`Engine.stream`, `Speaker.stream`); peak RSS is the process's VmHWM, load included.",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def chart(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [t["name"] for t in results["texts"]]
-    metrics = [("first_s", "time to first audio (s)"), ("total_s", "total synthesis (s)"),
-               ("rtf", "real-time factor (×)"), ("peak_rss_mb", "peak RSS (MB)")]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 4))
-    width = 0.38
-    colors = {"hayakoe-pi": "#2a7ab9", "hayakoe": "#d9822b"}
-    for ax, (key, title) in zip(axes, metrics):
-        for j, impl in enumerate(IMPLS):
-            vals = [t["summary"][impl][key] for t in results["texts"]]
-            xs = [i + (j - 0.5) * width for i in range(len(names))]
-            bars = ax.bar(xs, vals, width, label=LABEL[impl], color=colors[impl])
-            ax.bar_label(bars, fmt="%.3g" if key != "peak_rss_mb" else "%.0f", fontsize=7)
-        ax.set_xticks(range(len(names)),
-                      [f"{n}\n{t['summary']['hayakoe-pi']['audio_s']:.0f} s audio"
-                       for n, t in zip(names, results["texts"])], fontsize=8)
-        ax.set_title(title, fontsize=10)
-        if key == "rtf":
-            ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    axes[0].legend(fontsize=8)
-    m = results["machine"]
-    fig.suptitle(f"hayakoe-pi vs HayaKoe {results['versions']['hayakoe']} — {m['cpu']}, "
-                 f"{m['logical_cpus']} CPUs — {results['date'][:10]}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def count_sentences(text: str) -> int:
     return sum(text.count(c) for c in "。！？!?") or 1
 
@@ -330,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--texts", default="", help="comma-separated text names (default: all)")
     ap.add_argument("--only", choices=IMPLS, help="run a single implementation (no ratios)")
+    ap.add_argument("--arm-path", action="store_true",
+                    help="hayakoe-pi also as a Pi runs it (1-D decoder forms only), FP32 and int8 decoders")
     ap.add_argument("--timeout", type=float, default=1800.0, help="per worker process, seconds")
     ap.add_argument("--worker", choices=IMPLS, help=argparse.SUPPRESS)
     ap.add_argument("--text", help=argparse.SUPPRESS)
@@ -346,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         if not need.is_file():
             ap.error(f"missing {need} (build with: python tools/make_models.py --out {models} "
                      "--size full)")
-    impls = (a.only,) if a.only else IMPLS
+    impls = (a.only,) if a.only else IMPLS if a.arm_path else ("hayakoe-pi", "hayakoe")
     wanted = [s.strip() for s in a.texts.split(",") if s.strip()]
     texts = [(n, t) for n, t in TEXTS if not wanted or n in wanted]
     if not texts:
@@ -390,19 +302,22 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
         entry = {"name": name, "text": text, "sentences": count_sentences(text), "runs": runs,
                  "summary": {impl: summarize(rs) for impl, rs in runs.items()}}
-        if len(impls) == 2:
-            pi, hk = entry["summary"]["hayakoe-pi"], entry["summary"]["hayakoe"]
-            entry["advantage"] = {
-                **{k: hk[k] / pi[k] for k in ("load_s", "first_s", "total_s", "peak_rss_mb")},
-                **{k: pi[k] / hk[k] for k in ("rtf", "speech_rtf", "decoder_gflops")},
-            }
-            entry["pair_advantage"] = pair_advantage(runs["hayakoe-pi"], runs["hayakoe"])
+        if "hayakoe" in impls and len(impls) > 1:
+            hk = entry["summary"]["hayakoe"]
+            entry["advantage"], entry["pair_advantage"] = {}, {}
+            for impl in impls[:-1]:
+                pi = entry["summary"][impl]
+                entry["advantage"][impl] = {
+                    **{k: hk[k] / pi[k] for k in ("load_s", "first_s", "total_s", "peak_rss_mb")},
+                    **{k: pi[k] / hk[k] for k in ("rtf", "speech_rtf", "decoder_gflops")},
+                }
+                entry["pair_advantage"][impl] = pair_advantage(runs[impl], runs["hayakoe"])
         results["texts"].append(entry)
 
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n",
                                         encoding="utf-8")
-    if len(impls) == 2:
+    if len(impls) > 1:
         table = markdown(results)
         (a.out / "results.md").write_text(table, encoding="utf-8")
         chart(results, a.out / "results.png")
@@ -410,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for t in results["texts"]:
             print(t["name"], json.dumps(t["summary"]))
-    print(f"wrote {a.out}/results.json" + (", results.md, results.png" if len(impls) == 2 else ""),
+    print(f"wrote {a.out}/results.json" + (", results.md, results.png" if len(impls) > 1 else ""),
           file=sys.stderr)
     return 0
 

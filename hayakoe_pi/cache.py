@@ -25,8 +25,10 @@ def files_fingerprint(paths) -> list:
 
 
 def voice_fingerprint(store, voice) -> list:
-    """Identity of every model file that shapes `voice`'s sound (its own and BERT)."""
-    return files_fingerprint([*voice.files, store.bert.path])
+    """Identity of every model file that shapes `voice`'s sound (its own and BERT), and
+    the 8-bit decoder where it is in use (its sound differs a little)."""
+    decoder = ["decoder int8"] if voice.decoder_kind == "int8" else []  # FP32 keys as before
+    return files_fingerprint([*voice.files, store.bert.path]) + decoder
 
 
 def cache_key(text: str, voice: str, style: str, style_weight: float, speed: float,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .config import Config
 from .models.errors import ModelError
+from .models.quantize import DECODER_CHOICES
 from .models.store import VOCAB_PATH
 
 DEFAULT_CONFIG = "/etc/hayakoe-pi/config.yaml"
@@ -110,10 +111,10 @@ def _become_owner_of(folder: Path) -> None:
 def _engine(args: argparse.Namespace, config: Config, models: str | Path, voice: str, speaker=None):
     from .engine import Engine
     from .models.store import ModelStore
-
     derived = _derived_dir(config, bool(args.config))
     _become_owner_of(derived.parent)
-    return Engine(models, voice=voice, speaker=speaker, store=ModelStore(models, derived_dir=derived))
+    return Engine(models, voice=voice, speaker=speaker,
+                  store=ModelStore(models, derived_dir=derived, decoder=config.engine.decoder))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -126,9 +127,8 @@ def _check(args: argparse.Namespace) -> int:
     """The daemon's start-up checks plus broker and sound card, without starting."""
     from .audio import AudioError, check_device
     from .config import check_models
-    from .models.prepare import describe_bert, missing
+    from .models.prepare import describe_bert, describe_int8, describe_tuning, missing
     from .models.store import ModelStore
-    from .models.tune import describe_tuning
     from .mqtt import probe_broker
 
     config = _load_config(args)
@@ -149,18 +149,20 @@ def _check(args: argparse.Namespace) -> int:
         models, name = Path(config.models.dir), config.voice.name
         derived = config.cache.models_dir  # where the service keeps its copies
         _become_owner_of(derived.parent)
-        if any(missing(models, derived, what) for what in ("bert", name)) and not _writable(derived):
+        decoder = config.engine.decoder
+        if any(missing(models, derived, what, decoder) for what in ("bert", name)) and not _writable(derived):
             report(True, "models", f"{models}, voice {name}: not prepared yet in {derived}; the service "
                                    "prepares it when it starts (or: hayakoe-pi prepare, as the service's user)")
         else:
-            store = ModelStore(models, derived_dir=derived)
+            store = ModelStore(models, derived_dir=derived, decoder=decoder)
             voice = store.voice(name)
             report(True, "models", f"{store.dir}, voice {voice.name} ({voice.sample_rate} Hz), "
                                    f"installed: {', '.join(store.voices())}")
             if store.derived:
                 report(True, "bert", describe_bert(store.bert.unsigned_int8))
             if voice.tuning:
-                report(True, "decoder", f"{describe_tuning(voice.tuning)}, chosen on this CPU")
+                report(True, "decoder", f"{describe_tuning(voice.tuning)}, chosen on this CPU"
+                       + (f"; engine.decoder {decoder}: {describe_int8(voice.int8)}" if voice.int8 else ""))
     except Exception as e:  # ConfigError, ModelError
         report(False, "models", str(e))
     ok, detail = probe_broker(config)
@@ -185,14 +187,15 @@ def _prepare(args: argparse.Namespace) -> int:
     from .models.prepare import prepare
 
     if args.models:
-        models = args.models
-        derived = CacheConfig(args.cache).models_dir if args.cache else _derived_dir(Config(), config_given=False)
+        config, models = Config(), args.models
+        derived = CacheConfig(args.cache).models_dir if args.cache else _derived_dir(config, config_given=False)
     else:
         config = _load_config(args)
         models = config.models.dir
         derived = CacheConfig(args.cache).models_dir if args.cache else config.cache.models_dir
     _become_owner_of(derived.parent)
-    prepare(models, derived, args.voice or None, report=lambda step: print(step.line(), flush=True))
+    prepare(models, derived, args.voice or None, report=lambda step: print(step.line(), flush=True),
+            decoder=args.decoder or config.engine.decoder)
     return 0
 
 
@@ -342,6 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(cache in ~/.cache; as root the service's)")
     pr.add_argument("--cache", help="cache folder (the config's cache.dir; the daemon looks in CACHE/models)")
     pr.add_argument("--voice", action="append", help="only this voice (repeatable; default: all installed)")
+    pr.add_argument("--decoder", choices=DECODER_CHOICES, help="int8/auto: the 8-bit decoder too (engine.decoder)")
     pr.set_defaults(run=_prepare)
 
     sa = sub.add_parser("say", help="speak text on the sound card now, without MQTT")

@@ -22,6 +22,7 @@ from .announcements import QuietHours
 from .chime import CHOICES as CHIME_CHOICES, read_wav
 from .engine import SPEED_RANGE
 from .layout import DEFAULT_VOICE
+from .models.quantize import DECODER_CHOICES
 from .models.voices import SPEAKERS_DIR, installed_voices
 
 
@@ -97,6 +98,14 @@ class VoiceConfig:
     style: str = "Neutral"
     style_weight: float = setting(1.0, 0.0, 20.0)
     speed: float = setting(1.0, *SPEED_RANGE)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    # fp32: the synthesizer as published. int8 or auto: each voice's decoder in 8 bits where
+    # prepare measured that it keeps the voice and is at least 1.25x faster on this CPU
+    # (models/gate.py); else FP32, int8 with a warning. auto is the choice on a Pi 3/4/Zero 2 W.
+    decoder: str = "fp32"
 
 
 @dataclass(frozen=True)
@@ -179,6 +188,7 @@ class Config:
     mqtt: MqttConfig = section(MqttConfig)
     models: ModelsConfig = section(ModelsConfig)
     voice: VoiceConfig = section(VoiceConfig)
+    engine: EngineConfig = section(EngineConfig)
     audio: AudioConfig = section(AudioConfig)
     cache: CacheConfig = section(CacheConfig)
     queue: QueueConfig = section(QueueConfig)
@@ -278,6 +288,9 @@ def _check(config: Config) -> None:
         value = getattr(device, key)
         if value is not None and (not value.strip() or any(ord(c) < 32 for c in value)):
             raise ConfigError(f"device.{key} must be a non-empty line of text, got {value!r}")
+    if config.engine.decoder not in DECODER_CHOICES:
+        raise ConfigError(f"engine.decoder must be one of {', '.join(DECODER_CHOICES)}, "
+                          f"got {config.engine.decoder!r}")
     if config.log.level.upper() not in LOG_LEVELS:
         raise ConfigError(f"log.level must be one of {', '.join(LOG_LEVELS)}")
     for key in ("topic_prefix", "discovery_prefix", "birth_topic"):

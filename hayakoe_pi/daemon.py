@@ -54,7 +54,8 @@ class Daemon:
     def __init__(self, config: Config, store: ModelStore | None = None):
         self.config = config
         models_dir = Path(config.models.dir).expanduser()
-        self.store = store or ModelStore(models_dir, derived_dir=config.cache.models_dir)
+        self.store = store or ModelStore(models_dir, derived_dir=config.cache.models_dir,
+                                         decoder=config.engine.decoder)
         voice_cfg, state = config.voice, Path(config.state.file)
         selection = SavedSelection(state, config.audio.volume, voice_cfg.name, voice_cfg.style)
         words = UserDictionary(Path(config.dictionary.file), config.dictionary.max_entries)

@@ -97,8 +97,10 @@ class Piece:
 class Engine:
     def __init__(self, models_dir: str | Path, voice: str = DEFAULT_VOICE,
                  speaker: str | int | None = None, store: ModelStore | None = None,
-                 window_frames: int = DECODER_WINDOW_FRAMES):
-        self.store = store or ModelStore(models_dir)
+                 window_frames: int = DECODER_WINDOW_FRAMES, decoder: str = "fp32"):
+        # decoder: fp32, or int8/auto (each voice's 8-bit decoder where prepare found it keeps the
+        # voice and is faster on this CPU); a given store has its own
+        self.store = store or ModelStore(models_dir, decoder=decoder)
         self.window_frames = window_frames
         self._lock = threading.Lock()
         self.voice: Voice = self.store.voice(voice)
@@ -149,8 +151,30 @@ class Engine:
                 return
             yield piece
 
+    def decoder_feeds(self, text: str, **settings) -> Iterator[dict[str, np.ndarray]]:
+        """Each sentence's decoder inputs (z, g) whole, as the voice's own front makes them:
+        what prepare calibrates and checks an 8-bit decoder with."""
+        whole = lambda frames, window, margin: [(0, frames, 0, frames)]  # noqa: E731
+        _, _, work = self._work(text, SynthesisSettings(**settings), None, None, whole)
+        for item in work:
+            if isinstance(item, _Window):
+                yield item.feeds
+
     def _stream(self, text: str, s: SynthesisSettings, voice_name: str | None,
                 speaker: str | int | None, plan_windows=None) -> Iterator[Piece]:
+        voice, sentences, work = self._work(text, s, voice_name, speaker, plan_windows)
+        last = len(sentences) - 1
+        length_scale = 1.0 / s.speed
+        for piece in self._decoded(voice, work):
+            yield piece
+            if piece.ends_sentence and piece.sentence < last:
+                pause = pause_samples(sentences[piece.sentence], piece.audio, voice.sample_rate, length_scale)
+                if pause:
+                    yield Piece(np.zeros(pause, dtype=np.float32), piece.sentence, pause=True)
+
+    def _work(self, text: str, s: SynthesisSettings, voice_name: str | None, speaker: str | int | None,
+              plan_windows) -> tuple[Voice, list[str], Iterator[Piece | _Window]]:
+        """The voice, the text's sentences, and their synthesis steps before the decoder runs."""
         s.check()
         if voice_name is None:
             voice, sid = self.voice, self.speaker  # a voice switch mid-stream does not tear it
@@ -174,12 +198,7 @@ class Engine:
                 yield from self._sentence_work(voice, sid, i, a, next(features), style_vec, s, length_scale,
                                                quick_start=i == 0 < last, plan_windows=plan_windows)
 
-        for piece in self._decoded(voice, work()):
-            yield piece
-            if piece.ends_sentence and piece.sentence < last:
-                pause = pause_samples(sentences[piece.sentence], piece.audio, voice.sample_rate, length_scale)
-                if pause:
-                    yield Piece(np.zeros(pause, dtype=np.float32), piece.sentence, pause=True)
+        return voice, sentences, work()
 
     def _bert_features(self, analyses: list[Analysis]) -> Iterator[np.ndarray]:
         """Per-sentence phone-level BERT features [1024, phones]; BERT sees each character once.
@@ -242,7 +261,7 @@ class Engine:
             "noise_scale_w": scalar(s.noise_w),
             "sdp_ratio": scalar(s.sdp_ratio),
         }
-        if voice.decoder is None:
+        if not voice.decoder_inputs:  # kept whole
             audio = voice.synth.run([voice.synth_outputs[0]], feeds)[0].reshape(-1)
             yield Piece(audio, index, sentence_samples=audio.size, windows=((0, audio.size, 0),))
             return

@@ -10,20 +10,24 @@ copies: the children of hayakoe_pi.models.prepare), then writes `frontend.jsonl`
 (`Engine.synthesize` with the noise off: every sentence with the
 first voice, the second-last with the others) and
 `run.json` (machine, versions, decoder form and lanes chosen, whether BERT's
-8-bit weights were made unsigned, kanalizer's readings of KANALIZER_WORDS). `--child-python` is the
+8-bit weights were made unsigned, kanalizer's readings of KANALIZER_WORDS), and
+`int8.npz`: the first voice's 8-bit decoder (engine.decoder int8), made and
+gated on each side, speaking INT8_SENTENCES. `--child-python` is the
 program the children are started with: under qemu user mode without
 binfmt_misc the guest cannot exec an arm64 binary itself, only a host script
 that starts qemu again.
 
 `compare` exits 1 unless the front end is byte-identical, kanalizer loads
-and reads alike on both, and every audio array has the same length and
-differs by at most 1e-4.
+and reads alike on both, every audio array has the same length and differs
+by at most 1e-4, and the 8-bit decoder passed its gate on both and sounds
+alike (INT8_MIN_SNR_DB).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -33,6 +37,12 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_DIFFERENCE = 1e-4
+# The 8-bit decoders of the two machines differ more than rounding: 8-bit kernels differ
+# between CPUs (x86's u8s8 products, ARM's NEON), and each side calibrates on latents of
+# its own (the front's noise is random). Each is ~30 dB from its FP32 (the gate's figure):
+# two of them within 20 dB of each other are the same sound; a broken kernel is not.
+INT8_MIN_SNR_DB = 20.0
+INT8_SENTENCES = 3  # the first ones of SENTENCES: emulation is slow
 KANALIZER_WORDS = ["doorbell", "powerwall", "ecobee"]  # read by kanalizer's model on each machine
 
 # Plain Japanese, the readings table (numbers, units, times, dates, Latin
@@ -87,6 +97,15 @@ def run(models: Path, out: Path, child_python: str | None) -> None:
         timed[voice] = list(tuning["seconds"]) if tuning else []
         lanes[voice] = tuning["lanes"] if tuning else 1
     np.savez(out / "audio.npz", **audio)
+    # the first voice's 8-bit decoder, used whatever its speed: the tiny voice is too small for
+    # 8 bits to pay, and emulated timings mean nothing
+    os.environ["HAYAKOE_PI_INT8_MIN_SPEEDUP"] = "0"
+    first = installed_voices(models)[0]
+    int8_store = ModelStore(models, derived_dir=derived, decoder="int8")
+    engine = Engine(models, voice=first, store=int8_store)
+    int8 = {f"{first}/{i}": engine.synthesize(text, noise=0.0, noise_w=0.0)
+            for i, text in enumerate(SENTENCES[:INT8_SENTENCES])}
+    np.savez(out / "int8.npz", **int8)
     try:
         import kanalizer
 
@@ -98,7 +117,8 @@ def run(models: Path, out: Path, child_python: str | None) -> None:
         "onnxruntime": onnxruntime.__version__, "numpy": np.__version__,
         "prepared": [s.what for s in steps if not s.done], "decoder_form": forms, "forms_timed": timed,
         "decoder_lanes": lanes,
-        "bert_unsigned_int8": store.bert.unsigned_int8, "kanalizer": guesses},
+        "bert_unsigned_int8": store.bert.unsigned_int8, "kanalizer": guesses,
+        "int8": engine.voice.int8, "int8_used": engine.voice.decoder_kind == "int8"},
         indent=1))
 
 
@@ -132,6 +152,7 @@ def compare(x86: Path, arm64: Path) -> int:
               f"numpy {r['numpy']}, prepared {', '.join(r['prepared']) or 'nothing'}, "
               f"decoder {r['decoder_form']} of {r.get('forms_timed', {})}, lanes {r.get('decoder_lanes', {})}, "
               f"BERT weights {'made unsigned' if r.get('bert_unsigned_int8') else 'as published'}")
+    failures += _compare_int8(x86, arm64, runs)
     guesses = [r.get("kanalizer", {}) for r in runs]
     if "error" in guesses[1] or guesses[0] != guesses[1]:
         failures.append(f"kanalizer on arm64: {guesses[1].get('error') or guesses[1]} (x86: {guesses[0]})")
@@ -143,6 +164,30 @@ def compare(x86: Path, arm64: Path) -> int:
     for failure in failures:
         print(f"arm64-check: {failure}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def _compare_int8(x86: Path, arm64: Path, runs: list[dict]) -> list[str]:
+    from hayakoe_pi.models.gate import snr_db
+
+    failures = []
+    for d, r in zip(("x86", "arm64"), runs):
+        record = r.get("int8") or {}
+        print(f"  int8 on {d}: {'used' if r.get('int8_used') else 'NOT USED'}; gate: SNR worst "
+              f"{record.get('snr_db', {}).get('worst')} dB, log-mel worst {record.get('mel_db', {}).get('worst')} dB")
+        if not r.get("int8_used"):
+            failures.append(f"the 8-bit decoder is not used on {d}: {record.get('reason', 'not made')}")
+    a, b = np.load(x86 / "int8.npz"), np.load(arm64 / "int8.npz")
+    worst = np.inf
+    for key in sorted(set(a.files) | set(b.files)):
+        if key not in a.files or key not in b.files or a[key].shape != b[key].shape:
+            failures.append(f"int8 audio {key}: missing or of another length on one side")
+            continue
+        worst = min(worst, snr_db(a[key], b[key]))
+    print(f"  int8 audio: {len(a.files)} arrays, x86 against arm64 worst {worst:.1f} dB SNR "
+          f"(at least {INT8_MIN_SNR_DB:g})")
+    if worst < INT8_MIN_SNR_DB:
+        failures.append(f"int8 audio differs from x86's: {worst:.1f} dB SNR (limit {INT8_MIN_SNR_DB:g})")
+    return failures
 
 
 def main() -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -142,7 +143,10 @@ def blocked_conv_kernels() -> bool:
     im2col + GEMM, and making, optimizing and timing the 2-D forms would only
     cost the first start time, memory and SD card writes. ONNX Runtime is asked
     itself: it optimizes a one-convolution graph, and its NCHWc nodes are looked for.
+    HAYAKOE_PI_ARM_PATH=1 answers no, as a Pi would (bench/run.py --arm-path).
     """
+    if os.environ.get("HAYAKOE_PI_ARM_PATH") == "1":
+        return False
     import numpy as np
     import onnx
     import onnxruntime as ort

@@ -1,8 +1,10 @@
 """One step of prepare.py, in a child process of its own: what is derived from BERT or
 from one voice, made and checked by loading it as the daemon will.
 
-    python -m hayakoe_pi.models.make --models DIR --derived DIR (--bert | --voice NAME)
+    python -m hayakoe_pi.models.make --models DIR --derived DIR (--bert | --voice NAME [--keep-weights]
+                                                                 | --int8 NAME)
 
+--voice with --keep-weights keeps what --int8 quantizes (run after calibrate.py). Each
 prints its peak memory and what it found on this CPU as one line of JSON.
 """
 
@@ -18,16 +20,17 @@ from .bert import BERT_PATH
 from .errors import ModelError, unreadable
 from .folders import clear_folder, model_folder, read_stamp
 from .prepare import missing, synthesizer_path
+from .quantize import LATENTS_NAME, make_int8, read_latents
 from .sessions import optimize, optimized_path, prepare_options
 from .split import cached_split, decoder_margin, split_synthesizer
-from .tune import tune, tuning_path
+from .tune import read_tuning, tune, tuning_path
 from .unsigned import signed_int8_products_exact
 from .voices import load_voice, read_config
 from .weights import UnreadableModel, drop_weights, has_weights
 from .whole import make_whole, prepared_whole
 
 
-def _peak_mb() -> float:
+def peak_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
@@ -57,13 +60,15 @@ def _made(make, what: str, source: Path, derived: Path, **options):
         raise unreadable(what, source, e) from None
 
 
-def _prepare_voice(models_dir: Path, voice: str, derived: Path) -> dict | None:
+def _prepare_voice(models_dir: Path, voice: str, derived: Path, keep_weights: bool = False) -> dict | None:
+    """The split, forms, optimized copies and timings; with keep_weights, the weights the
+    8-bit decoder is made from stay (a voice prepared before without them is made again)."""
     source = synthesizer_path(models_dir, voice)
     tuning = None
-    if source.is_file() and missing(models_dir, derived, voice):
+    folder = model_folder(source, derived)
+    if source.is_file() and (missing(models_dir, derived, voice) or (keep_weights and not has_weights(folder))):
         parts = cached_split(source, derived)
         whole = None if parts else prepared_whole(source, derived)
-        folder = model_folder(source, derived)
         if not has_weights(folder):  # new, or made for another CPU: its weights are gone
             clear_folder(folder)
             parts = whole = None
@@ -85,9 +90,25 @@ def _prepare_voice(models_dir: Path, voice: str, derived: Path) -> dict | None:
                     copy.with_name(copy.name + ".weights").unlink(missing_ok=True)
         else:
             optimize(whole)
-        drop_weights(folder)
+        if not keep_weights:
+            drop_weights(folder)
     load_voice(models_dir, voice, None, derived)  # as the daemon will: every other file checked too
     return tuning
+
+
+def _prepare_int8(models_dir: Path, voice: str, derived: Path) -> dict | None:
+    """The 8-bit decoder from the latents calibrate.py saved; the weights dropped after."""
+    source = synthesizer_path(models_dir, voice)
+    parts = cached_split(source, derived)
+    tuning = read_tuning(parts.folder) if parts else None
+    if parts is None or tuning is None or not has_weights(parts.folder):
+        raise ModelError(f"voice {voice}: its decoder is not prepared for 8 bits (run --voice --keep-weights)")
+    latents = read_latents(parts.folder / LATENTS_NAME)
+    sample_rate = read_config(source.parent / "config.json")["data"]["sampling_rate"]
+    record = make_int8(parts, tuning, latents, sample_rate)
+    drop_weights(parts.folder)
+    (parts.folder / LATENTS_NAME).unlink(missing_ok=True)
+    return record
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,16 +118,20 @@ def main(argv: list[str] | None = None) -> int:
     which = ap.add_mutually_exclusive_group(required=True)
     which.add_argument("--bert", action="store_true")
     which.add_argument("--voice")
+    which.add_argument("--int8", metavar="VOICE")
+    ap.add_argument("--keep-weights", action="store_true")
     args = ap.parse_args(argv)
     try:
         if args.bert:
             tuning = _prepare_bert(args.models, args.derived)
+        elif args.int8:
+            tuning = _prepare_int8(args.models, args.int8, args.derived)
         else:
-            tuning = _prepare_voice(args.models, args.voice, args.derived)
+            tuning = _prepare_voice(args.models, args.voice, args.derived, args.keep_weights)
     except ModelError as e:
         print(f"hayakoe-pi: error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({"peak_mb": round(_peak_mb(), 1), "tuning": tuning}))
+    print(json.dumps({"peak_mb": round(peak_mb(), 1), "tuning": tuning}))
     return 0
 
 

@@ -12,6 +12,7 @@ from ..text import FrontEnd, VocabError
 from .bert import Bert
 from .errors import ModelError
 from .prepare import prepare
+from .quantize import DECODER_CHOICES
 from .voices import Voice, installed_voices, load_voice
 
 VOCAB_PATH = Path(layout.VOCAB_PATH)
@@ -26,10 +27,15 @@ class ModelStore:
     the decoder form, optimized copies) is made once, under `derived_dir`
     (default ~/.cache/hayakoe-pi/models), by prepare.py in child processes;
     prepared=False loads the files as they are (whole, optimized at each load).
+    `decoder` (engine.decoder): fp32, or int8/auto for each voice's 8-bit decoder where
+    prepare's gate found it keeps the voice and is faster on this CPU.
     """
 
     def __init__(self, models_dir: str | Path, max_voices: int = 2, prepared: bool = True,
-                 derived_dir: str | Path | None = None):
+                 derived_dir: str | Path | None = None, decoder: str | None = "fp32"):
+        if decoder is not None and decoder not in DECODER_CHOICES:
+            raise ModelError(f"decoder must be one of {', '.join(DECODER_CHOICES)}, got {decoder!r}")
+        self.decoder = decoder
         self.dir = Path(models_dir).expanduser()
         if not self.dir.is_dir():
             raise ModelError(f"models directory not found: {self.dir}")
@@ -55,7 +61,7 @@ class ModelStore:
             voice = self._voices.pop(name, None)
             if voice is None:
                 self._prepare([name])
-                voice = load_voice(self.dir, name, self.bert.hidden_size, self.derived)
+                voice = load_voice(self.dir, name, self.bert.hidden_size, self.derived, self.decoder)
             self._voices[name] = voice
             while len(self._voices) > self.max_voices:
                 self._voices.pop(next(iter(self._voices)))
@@ -64,7 +70,7 @@ class ModelStore:
     def _prepare(self, voices: list[str]) -> None:
         """Make what is missing, each model in a child process (memory: see prepare.py)."""
         if self.derived is not None and (not voices or voices[0] in installed_voices(self.dir)):
-            prepare(self.dir, self.derived, voices)
+            prepare(self.dir, self.derived, voices, decoder=self.decoder or "fp32")
 
 
 def default_derived_dir() -> Path:

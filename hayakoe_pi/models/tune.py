@@ -72,7 +72,7 @@ def choose_lanes(alone: float, two_lanes: float, threads: int) -> int:
     return 2 if two_lanes <= alone * (1 - LANES_GAIN) else 1
 
 
-def _time_two_at_once(path: Path, feeds: dict) -> float:
+def time_two_at_once(path: Path, feeds: dict) -> float:
     """Least wall time of two runs of the decoder at `path` at once, each on a lane."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -121,7 +121,7 @@ def tune(parts: SplitModel, margin: int) -> dict:
     if threads > 1:
         lane_feeds = {name: (x[:, :, :LANE_WINDOW_FRAMES + 2 * margin] if name == parts.z_name else x)
                       for name, x in feeds_by_size[-1].items()}
-        two_at_once = _time_two_at_once(parts.decoders[form], lane_feeds)
+        two_at_once = time_two_at_once(parts.decoders[form], lane_feeds)
         # a frame kept: each window decodes its margins too
         tuning["lanes"] = choose_lanes(seconds[form][-1] / TUNE_FRAMES[-1],
                                        two_at_once / (2 * LANE_WINDOW_FRAMES), threads)

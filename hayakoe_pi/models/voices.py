@@ -1,10 +1,12 @@
 """Finding, checking and loading a voice: its config, style vectors and synthesizer,
-with what prepare made from it (the decoder apart, in the form tuned for this CPU,
-on decoder lanes where they are faster) when there is a derived folder."""
+with what prepare made from it (the decoder apart, in the form tuned for this CPU or
+in 8 bits where engine.decoder asks and the gate let it, on decoder lanes where they
+are faster) when there is a derived folder."""
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,10 +16,13 @@ import onnxruntime as ort
 from .. import layout
 from .errors import ModelError
 from .lanes import DecoderLanes, lane_threads
+from .quantize import INT8_NAME, read_int8
 from .sessions import open_session, shared_session_weights
 from .split import cached_split, decoder_margin
 from .tune import read_tuning
 from .whole import require_prepared
+
+log = logging.getLogger("hayakoe_pi.voices")
 
 SPEAKERS_DIR = Path(layout.SPEAKERS_DIR)
 SYNTH_INPUTS = (
@@ -44,10 +49,14 @@ class Voice:
     decoder_margin: int = 0  # latent frames of overlap that make windowed decoding exact
     files: list[Path] = field(default_factory=list)
     tuning: dict | None = None  # the decoder form chosen on this CPU, and its timings
+    decoder_kind: str = "fp32"  # or "int8": the 8-bit decoder in use
+    int8: dict | None = None  # the 8-bit decoder's record, where engine.decoder asked for one
 
     @property
     def tuned_speed(self) -> tuple[float, int] | None:
         """(seconds, latent frames) of the decoder's full window as prepare timed it on this CPU."""
+        if self.decoder_kind == "int8":
+            return self.int8["seconds"]["int8"], self.int8["frames"]
         t = self.tuning
         return (t["seconds"][t["form"]][-1], t["frames"][-1]) if t else None
 
@@ -178,9 +187,11 @@ def _check_synthesizer(synth: ort.InferenceSession, synth_path: Path, vectors_pa
 
 
 def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
-               derived_dir: Path | None = None) -> Voice:
+               derived_dir: Path | None = None, decoder: str | None = "fp32") -> Voice:
     """One voice's sessions. With `derived_dir`, from what prepare made there: the
-    decoder apart (run in windows) in the form tuned for this CPU, optimized copies."""
+    decoder apart (run in windows) in the form tuned for this CPU, optimized copies;
+    with `decoder` int8 or auto, the 8-bit decoder where its record says so; None: no
+    decoder session, the front alone (calibrate.py)."""
     directory = _voice_directory(models_dir, name)
     config_path = directory / "config.json"
     config = read_config(config_path)
@@ -195,26 +206,36 @@ def load_voice(models_dir: Path, name: str, bert_hidden: int | None = None,
     synth = open_session(synth_path, "synthesizer", parts.front if parts else whole)
     _check_synthesizer(synth, synth_path, vectors_path, vectors.shape[1], bert_hidden)
     outputs = [o.name for o in synth.get_outputs()]
-    decoder, lanes, decoder_inputs, margin, tuning = None, None, (), 0, None
+    decoder_session, lanes, decoder_inputs, margin, tuning, int8 = None, None, (), 0, None, None
+    kind = "fp32"
     if parts:
         tuning = read_tuning(parts.folder)
         form = tuning["form"] if tuning and tuning.get("form") in parts.decoders else "1d"
-        count = tuning.get("lanes", 1) if tuning else 1
-        weights = shared_session_weights(parts.decoders[form]) if count > 1 else None
-        decoder = open_session(synth_path, "synthesizer decoder", parts.decoders[form], weights=weights)
+        graph, count = parts.decoders[form], tuning.get("lanes", 1) if tuning else 1
+        int8 = read_int8(parts.folder) if decoder in ("int8", "auto") else None
+        if int8 and int8["use"]:
+            graph, count, kind = parts.folder / INT8_NAME, int8["lanes"], "int8"
+        count = count if decoder else 0
+        weights = shared_session_weights(graph) if count > 1 else None
+        if count:
+            decoder_session = open_session(synth_path, "synthesizer decoder", graph, weights=weights)
         if count > 1:
-            lanes = DecoderLanes([open_session(synth_path, "synthesizer decoder", parts.decoders[form],
+            lanes = DecoderLanes([open_session(synth_path, "synthesizer decoder", graph,
                                                threads=lane_threads(count), weights=weights)
                                   for _ in range(count)], weights)
         decoder_inputs = (parts.z_name, parts.g_name) if parts.g_name else (parts.z_name,)
         margin = decoder_margin(config.get("model", {}))
         outputs = [o for o in outputs if o not in decoder_inputs]
+    if decoder == "int8" and kind != "int8":  # auto decides silently
+        why = int8["reason"] if int8 else "this voice has no 8-bit decoder (not prepared, or kept whole)"
+        log.warning("engine.decoder is int8, but voice %s keeps its FP32 decoder: %s", name, why)
 
     # duration_predictor.onnx, when present, is not loaded: the synthesizer's own
     # timing and our pause table do its job here, and it would cost memory.
     return Voice(
         name=name, sample_rate=data["sampling_rate"], hop_length=data["hop_length"],
         speakers=dict(data.get("spk2id") or {name: 0}), styles=styles, style_vectors=vectors,
-        synth=synth, synth_outputs=outputs, decoder=decoder, decoder_lanes=lanes, decoder_inputs=decoder_inputs,
+        synth=synth, synth_outputs=outputs, decoder=decoder_session, decoder_lanes=lanes, decoder_inputs=decoder_inputs,
         decoder_margin=margin, files=[config_path, vectors_path, synth_path], tuning=tuning,
+        decoder_kind=kind, int8=int8,
     )

@@ -1,0 +1,195 @@
+"""engine.decoder int8/auto: the 8-bit decoder made by prepare from the voice's own latents,
+used only where the gate finds it keeps the voice and is faster; killed half-way, never trusted.
+
+The tiny voice's decoder is too small for 8 bits to pay on any CPU (0.6× here), so the
+tests that need it in use lower the speed bar as arm64-check does
+(HAYAKOE_PI_INT8_MIN_SPEEDUP=0, read by the children prepare starts)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURE_MODELS, REPO
+from harness import wait_for
+from hayakoe_pi.cache import voice_fingerprint
+from hayakoe_pi.config import ConfigError, load_config
+from hayakoe_pi.engine import Engine
+from hayakoe_pi.models import gate
+from hayakoe_pi.models import prepare as prep
+from hayakoe_pi.models.prepare import synthesizer_path
+from hayakoe_pi.models.quantize import INT8_NAME, int8_record_path, read_int8
+from hayakoe_pi.models.sessions import optimized_path
+from hayakoe_pi.models.split import cached_split
+from hayakoe_pi.models.store import ModelStore
+
+VOICE = "tiny-voice"
+QUIET = dict(noise=0.0, noise_w=0.0)
+TEXT = "玄関の鍵が開いています。"
+
+
+def _folder(models: Path, derived: Path, voice: str = VOICE) -> Path:
+    return cached_split(synthesizer_path(models, voice), derived).folder
+
+
+@pytest.fixture
+def any_speedup(monkeypatch):
+    monkeypatch.setenv("HAYAKOE_PI_INT8_MIN_SPEEDUP", "0")
+
+
+def test_the_gate_weighs_the_worst_sentence_and_the_speed():
+    rng = np.random.default_rng(1)
+    speech = [rng.standard_normal(44100).astype(np.float32) * 0.3 for _ in range(3)]
+    close = [(a, a + rng.standard_normal(a.size).astype(np.float32) * 0.003) for a in speech]  # 40 dB
+    quality = gate.compare(close, 44100)
+    assert quality["snr_db"]["worst"] > 35 and quality["mel_db"]["worst"] < 0.5
+    use, why = gate.decide(quality, 1.0, 0.5)
+    assert use and "2.00× faster" in why
+    # one sentence far (10 dB) among close ones: the mean passes, the worst does not
+    far = close[:2] + [(speech[2], speech[2] + rng.standard_normal(44100).astype(np.float32) * 0.1)]
+    mixed = gate.compare(far, 44100)
+    assert mixed["snr_db"]["mean"] > gate.MIN_SNR_DB > mixed["snr_db"]["worst"]
+    use, why = gate.decide(mixed, 1.0, 0.5)
+    assert not use and "worst sentence" in why
+    # a change where the speech is quiet: the SNR hardly sees it, the log-mel distance does
+    t = np.arange(44100) / 44100
+    low = (0.5 * np.sin(2 * np.pi * 200 * t)).astype(np.float32)
+    hiss = np.diff(rng.standard_normal(44101)).astype(np.float32) * 0.01  # high bands, 33 dB under
+    hissed = gate.compare([(low, low + hiss)], 44100)
+    assert hissed["snr_db"]["worst"] > gate.MIN_SNR_DB and hissed["mel_db"]["worst"] > gate.MAX_MEL_DB
+    use, why = gate.decide(hissed, 1.0, 0.5)
+    assert not use and "log-mel" in why
+    # auto keeps FP32 when int8 is not faster enough on this CPU (timings given)
+    use, why = gate.decide(quality, 1.0, 1.0 / 1.2)
+    assert not use and "not faster enough" in why and "1.20×" in why
+    assert gate.decide(quality, 1.0, 1.0 / 1.3)[0]
+
+
+def test_log_mel_distance_grows_with_a_change_the_ear_hears():
+    t = np.arange(44100) / 44100
+    tone = (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    assert gate.mel_distance_db(tone, tone, 44100) == 0
+    noise = np.random.default_rng(2).standard_normal(44100).astype(np.float32) * 0.1  # every band heard
+    assert 5.9 < gate.mel_distance_db(noise, noise * 0.5, 44100) < 6.1  # 6 dB quieter everywhere
+    # bands 80 dB under the loudest are not weighed: a pure tone's distance is its own band's
+    assert gate.mel_distance_db(tone, tone * 0.5, 44100) < 6.1
+    other = (0.3 * np.sin(2 * np.pi * 1200 * t)).astype(np.float32)
+    assert gate.mel_distance_db(tone, other, 44100) > 20
+
+
+def test_a_close_8_bit_decoder_passes_and_is_used_the_cache_key_and_check_say_so(tmp_path, any_speedup):
+    derived = tmp_path / "cache" / "models"  # where check looks, given cache.dir
+    steps = prep.prepare(FIXTURE_MODELS, derived, [VOICE], decoder="int8")
+    record = steps[1].int8
+    assert record["use"], record["reason"]
+    assert record["snr_db"]["worst"] >= gate.MIN_SNR_DB and record["mel_db"]["worst"] <= gate.MAX_MEL_DB
+    assert record["sentences"] >= 4  # the held-out sentences, never calibrated on
+    folder = _folder(FIXTURE_MODELS, derived)
+    assert optimized_path(folder / INT8_NAME).is_file()
+    assert not list(folder.glob("*weights")) or all(".onnx.weights" in p.name for p in folder.glob("*weights"))
+    assert not (folder / "latents.npz").exists()  # dropped once used
+    assert "decoder int8: 8-bit decoder" in steps[1].line()
+
+    fp32 = ModelStore(FIXTURE_MODELS, derived_dir=derived)
+    int8 = ModelStore(FIXTURE_MODELS, derived_dir=derived, decoder="auto")
+    v32, v8 = fp32.voice(VOICE), int8.voice(VOICE)
+    assert (v32.decoder_kind, v8.decoder_kind) == ("fp32", "int8")
+    assert v8.tuned_speed == (record["seconds"]["int8"], record["frames"])
+    assert voice_fingerprint(fp32, v32) != voice_fingerprint(int8, v8)  # cached audio is not shared
+    a = Engine(FIXTURE_MODELS, voice=VOICE, store=fp32).synthesize(TEXT, **QUIET)
+    b = Engine(FIXTURE_MODELS, voice=VOICE, store=int8).synthesize(TEXT, **QUIET)
+    assert a.shape == b.shape and not np.array_equal(a, b)
+    assert gate.snr_db(a, b) > gate.MIN_SNR_DB - 5  # the whole text, windows and all
+
+    config = tmp_path / "config.yaml"
+    config.write_text(f"models: {{dir: {FIXTURE_MODELS}}}\nvoice: {{name: {VOICE}}}\n"
+                      f"cache: {{dir: {derived.parent}}}\nengine: {{decoder: auto}}\nmqtt: {{port: 1}}\n")
+    out = subprocess.run([sys.executable, "-m", "hayakoe_pi.cli", "check", "--config", str(config)],
+                         capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "chosen on this CPU; engine.decoder auto: int8: 8-bit decoder" in out.stdout, out.stdout + out.stderr
+
+
+def _outlier_voice(models: Path) -> None:
+    """The tiny voice with, in every residual block, one channel scaled up 10⁴× and the next
+    convolution's input scaled down as much: nearly the same samples in FP32 (leaky ReLU is
+    homogeneous; the bias is not scaled), but that channel's range swamps the 8-bit scale
+    of its tensor, whose other channels round to nothing."""
+    import onnx
+    from onnx import numpy_helper
+
+    path = synthesizer_path(models, VOICE)
+    model = onnx.load(str(path))
+    weights = {t.name: t for t in model.graph.initializer}
+
+    def scale(name: str, index, factor: float) -> None:
+        array = numpy_helper.to_array(weights[name]).copy()
+        array[index] *= factor
+        weights[name].CopyFrom(numpy_helper.from_array(array, name))
+
+    dilated = [n.input[1] for n in model.graph.node if n.op_type == "Conv" and ".dilated." in n.input[1]]
+    assert dilated, "the tiny voice's residual blocks are not where this expects them"
+    for name in dilated:
+        scale(name, 0, 1e4)
+        scale(name.replace(".dilated.", ".plain."), (slice(None), 0), 1e-4)
+    onnx.save(model, str(path))
+
+
+def test_a_decoder_made_far_on_purpose_is_refused_and_fp32_kept_with_a_warning(models_copy, tmp_path, any_speedup,
+                                                                              caplog):
+    _outlier_voice(models_copy)
+    derived = tmp_path / "derived"
+    record = prep.prepare(models_copy, derived, [VOICE], decoder="int8")[1].int8
+    assert not record["use"] and "too far from FP32" in record["reason"], record
+    assert record["snr_db"]["worst"] < gate.MIN_SNR_DB
+    assert not optimized_path(_folder(models_copy, derived) / INT8_NAME).exists()  # only the record kept
+    with caplog.at_level(logging.WARNING, "hayakoe_pi"):
+        voice = ModelStore(models_copy, derived_dir=derived, decoder="int8").voice(VOICE)
+    assert voice.decoder_kind == "fp32"
+    assert [r for r in caplog.records if "keeps its FP32 decoder" in r.getMessage() and "too far" in r.getMessage()]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "hayakoe_pi"):  # auto decides silently
+        assert ModelStore(models_copy, derived_dir=derived, decoder="auto").voice(VOICE).decoder_kind == "fp32"
+    assert not [r for r in caplog.records if "FP32" in r.getMessage()]
+
+
+@pytest.mark.parametrize("kill_when", ["quantizing", "graph made, record not yet"])
+def test_a_killed_8_bit_preparation_leaves_nothing_a_later_start_trusts(tmp_path, any_speedup, kill_when):
+    models, derived = FIXTURE_MODELS, tmp_path
+    prep.prepare(models, derived, [VOICE])  # FP32 prepared first, as on an install from before
+    where = ["--models", str(models), "--derived", str(derived)]
+    run = lambda *args: subprocess.run([sys.executable, "-m", *args, *where], check=True,  # noqa: E731
+                                       capture_output=True, cwd=REPO)
+    run("hayakoe_pi.models.make", "--voice", VOICE, "--keep-weights")
+    run("hayakoe_pi.calibrate", "--voice", VOICE)
+    folder = _folder(models, derived)
+    child = subprocess.Popen([sys.executable, "-m", "hayakoe_pi.models.make", "--int8", VOICE, *where], cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if kill_when == "quantizing":
+        sign = lambda: list(folder.glob(INT8_NAME + ".*.tmp"))  # noqa: E731
+    else:
+        sign = lambda: optimized_path(folder / INT8_NAME).is_file()  # noqa: E731
+    wait_for(lambda: sign() or child.poll() is not None, timeout=60, interval=0.002, what=kill_when)
+    child.send_signal(signal.SIGKILL)
+    assert child.wait() == -signal.SIGKILL, "the step ended before it could be killed"
+    assert read_int8(folder) is None and not int8_record_path(folder).exists()
+    assert prep.missing(models, derived, VOICE, "int8") and not prep.missing(models, derived, VOICE)
+    assert ModelStore(models, derived_dir=derived).voice(VOICE).decoder_kind == "fp32"
+    voice = ModelStore(models, derived_dir=derived, decoder="int8").voice(VOICE)  # made again, whole
+    assert voice.decoder_kind == "int8" and read_int8(folder)["use"]
+
+
+def test_engine_decoder_in_the_config(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("engine:\n  decoder: auto\n")
+    assert load_config(path).engine.decoder == "auto"
+    assert load_config(None).engine.decoder == "fp32"  # the mission's FP32 synthesizer by default
+    path.write_text("engine:\n  decoder: int4\n")
+    with pytest.raises(ConfigError, match="engine.decoder must be one of fp32, int8, auto"):
+        load_config(path)
