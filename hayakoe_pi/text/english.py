@@ -121,6 +121,18 @@ def warm_up() -> None:
             _unavailable(e)
 
 
+def kanalizer_reading(kanalizer, word: str) -> str | None:
+    """kanalizer's katakana for a lower-case word, None when it has no complete one.
+
+    The one call to its model: also tools/make_english_readings.py's, which made the list.
+    """
+    try:
+        return kanalizer.convert(word, on_incomplete="error") or None
+    except kanalizer.IncompleteConversionError:
+        log.debug("kanalizer has no reading for %r", word)
+        return None
+
+
 @lru_cache(maxsize=4096)
 def _guess(word: str) -> str | None:
     """kanalizer's katakana for a lower-case word; None without kanalizer or when it gives none."""
@@ -128,10 +140,7 @@ def _guess(word: str) -> str | None:
     if kanalizer is None:
         return None
     try:
-        return kanalizer.convert(word, on_incomplete="error") or None
-    except kanalizer.IncompleteConversionError:
-        log.debug("kanalizer has no reading for %r", word)
-        return None
+        return kanalizer_reading(kanalizer, word)
     except Exception as e:  # a broken model or library: stop asking it
         _unavailable(e)
         return None
