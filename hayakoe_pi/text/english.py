@@ -13,7 +13,10 @@ acronyms, known words: readings.py) is read here, first found wins:
    シングス, TPLink → ティーピー + リンク), when every part can be read;
 5. kanalizer, VOICEVOX's English-to-kana model (eufy → ユーフィー), for a word
    of 3 or more letters not all in capitals, or in capitals that the table
-   lists as a word (``capital_words``: ALARM → アラーム, not エーエルエーアールエム).
+   lists as a word (``capital_words``: ALARM → アラーム, not エーエルエーアールエム):
+   first its readings of 71 000 common words made ahead (english_list.py:
+   a lookup, where the model takes milliseconds a word), used only with the
+   kanalizer version that made them, then the model itself.
 
 Anything else is left as it was before kanalizer: OpenJTalk's reading if it
 has one, else the letters, which OpenJTalk spells. The words of a name
@@ -32,6 +35,7 @@ from functools import lru_cache
 
 import pyopenjtalk
 
+from .english_list import READINGS
 from .table import TABLE
 
 __all__ = ["CAPITAL_WORDS", "ENGLISH_WORDS", "clear_cache", "read_latin_words", "warm_up"]
@@ -139,6 +143,10 @@ def _guess(word: str) -> str | None:
     kanalizer = _kanalizer_module()
     if kanalizer is None:
         return None
+    version = getattr(kanalizer, "__version__", None)
+    listed = READINGS.reading(word, version) if version else None  # made ahead by this very version
+    if listed is not None:
+        return listed or None
     try:
         return kanalizer_reading(kanalizer, word)
     except Exception as e:  # a broken model or library: stop asking it
