@@ -23,7 +23,7 @@ from .gate import compare, decide
 from .lanes import LANE_WINDOW_FRAMES
 from .sessions import open_session, optimize, optimized_path
 from .split import SplitModel
-from .tune import TUNE_FRAMES, TUNE_REPEATS, choose_lanes, time_two_at_once
+from .tune import TUNE_FRAMES, TUNE_REPEATS, WARM_UP_ROUNDS, choose_lanes, time_two_at_once
 
 INT8_NAME = "decoder-int8.onnx"
 LATENTS_NAME = "latents.npz"  # calibrate.py's: each sentence's decoder inputs
@@ -86,7 +86,7 @@ def quantize_decoder(source: Path, target: Path, calibration: list[dict[str, np.
 def _best_times(sessions: list, feeds: dict) -> list[float]:
     """Least time of each session over TUNE_REPEATS runs, taken in turn (after a warm-up)."""
     best = [np.inf] * len(sessions)
-    for _ in range(TUNE_REPEATS + 1):
+    for _ in range(WARM_UP_ROUNDS + TUNE_REPEATS):
         for i, session in enumerate(sessions):
             began = time.perf_counter()
             session.run(None, feeds)

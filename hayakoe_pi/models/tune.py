@@ -19,9 +19,10 @@ from .split import SplitModel
 # Decoder windows timed by the tuner (latent frames, margins added): the short
 # first window and the engine's full one.
 TUNE_FRAMES = (48, 256)
-# Best of 3; tools/arm64-check asks for 1 (HAYAKOE_PI_TUNE_REPEATS): emulated timings mean
-# nothing, and each emulated run of a 256-frame window takes 10 s.
+# Best of 3; tools/arm64-check asks for 1 (HAYAKOE_PI_TUNE_REPEATS), and no warm-up round:
+# emulated timings mean nothing, and each emulated run of a 256-frame window takes 10 s.
 TUNE_REPEATS = max(1, int(os.environ.get("HAYAKOE_PI_TUNE_REPEATS", "3")))
+WARM_UP_ROUNDS = 1 if TUNE_REPEATS > 1 else 0  # a first round of two at once, untimed
 SAME_SAMPLES = 1e-4  # a form is a candidate only if it gives the samples of the one cut
 # Two decoder lanes (two windows at once, on half the cores each) are kept only
 # if a frame kept costs at least this much less than with one window at a time
@@ -79,11 +80,11 @@ def time_two_at_once(path: Path, feeds: dict) -> float:
     lanes = [open_session(path, "synthesizer decoder", path, threads=lane_threads(2)) for _ in range(2)]
     seconds = []
     with ThreadPoolExecutor(2) as pool:
-        for _ in range(TUNE_REPEATS + 1):
+        for _ in range(WARM_UP_ROUNDS + TUNE_REPEATS):
             began = time.perf_counter()
             list(pool.map(lambda lane: lane.run(None, feeds), lanes))
             seconds.append(time.perf_counter() - began)
-    return min(seconds[1:])  # the first round warms the lanes up
+    return min(seconds[WARM_UP_ROUNDS:])
 
 
 def tune(parts: SplitModel, margin: int) -> dict:
