@@ -121,9 +121,12 @@ def test_first_synth_prints_nothing_but_its_result(tmp_path):
     journal): no onnxruntime warning, no progress noise; only what was written."""
     out = tmp_path / "x.wav"
     r = run_cli("synth", "--models", str(FIXTURE_MODELS), "--voice", "tiny-voice", "-o", str(out),
-                "はい。", XDG_CACHE_HOME=str(tmp_path / "cache"))
+                "はい。", XDG_CACHE_HOME=str(tmp_path / "cache"), HOME=str(tmp_path / "home"))
     assert r.returncode == 0, r.stderr
     assert any((tmp_path / "cache").rglob("*.onnx")), "nothing was prepared: the test proves nothing"
+    # and onnxruntime wrote no telemetry id (Microsoft/DeveloperTools/.onnxruntime/deviceid) anywhere
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["hayakoe-pi"]
+    assert not (tmp_path / "home").exists()
     assert r.stderr.splitlines() == [l for l in r.stderr.splitlines() if l.startswith(f"wrote {out}")] != []
 
 
