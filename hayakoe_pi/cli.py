@@ -65,7 +65,7 @@ def _synth(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from .daemon import run
 
-    return run(command_config(args))
+    return run(command_config(args), config_path(args))
 
 
 def _prepare(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .cli_args import config_path
 from .cli_context import become_owner_of, command_config, writable
+from .config import Config
 
 
 def check(args: argparse.Namespace) -> int:
@@ -49,6 +50,8 @@ def check(args: argparse.Namespace) -> int:
                 report(True, "decoder", f"{describe_tuning(voice.tuning)}, chosen on this CPU")
     except Exception as e:  # ConfigError, ModelError
         report(False, "models", str(e))
+    for line in settings_in_effect(config, config_path(args)):
+        report(True, "setting", line)
     ok, detail = probe_broker(config)
     report(ok, "mqtt", detail)
     try:
@@ -56,3 +59,25 @@ def check(args: argparse.Namespace) -> int:
     except AudioError as e:
         report(False, "audio", str(e))
     return 1 if problems else 0
+
+
+def settings_in_effect(config: Config, config_file: str | None) -> list[str]:
+    """Each setting Home Assistant can change, as the daemon would start with it, and where it
+    comes from (settings.py's rule); the state files are read, never written."""
+    from .announcements import AnnouncementSettings
+    from .config import voice_styles
+    from .models.voices import installed_voices
+    from .settings import config_changed_at
+    from .speech import SavedSelection, settle_selection
+
+    state, changed_at = Path(config.state.file), config_changed_at(config_file)
+    become_owner_of(state.parent)  # the service's folder (0700)
+    voice = config.voice
+    selection = SavedSelection(state, config.audio.volume, voice.name, voice.style, changed_at, read_only=True)
+    models = Path(config.models.dir).expanduser()
+    settle_selection(selection, installed_voices(models), lambda name: voice_styles(models, name), voice.name,
+                     voice.style)
+    announcements = AnnouncementSettings(state.with_name("announcements.json"), config.audio.chime,
+                                         config.audio.quiet(), changed_at, read_only=True)
+    return [setting.line(owner.changes.shown(setting.name))
+            for owner in (selection, announcements) for setting in owner.settings()]
