@@ -326,7 +326,8 @@ cleanup() { rm -rf "$BUILD_DIR"; }
 trap cleanup EXIT
 tar -C "$SRC" --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.egg-info' \
     --exclude=./tests --exclude=./bench --exclude=__pycache__ -cf - . | tar -C "$BUILD_DIR" -xf -
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+# --no-cache-dir: nothing left in /root/.cache/pip (--purge removes what the install made)
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-warn-script-location --no-cache-dir \
     --upgrade "$BUILD_DIR" ||
     die "pip could not install hayakoe-pi into $VENV (see above; is PyPI reachable?)"
 say "installed $("$VENV/bin/python" -m pip --disable-pip-version-check show hayakoe-pi 2>/dev/null |
