@@ -843,9 +843,11 @@ if [ "$LAN_BROKER" = 1 ] && [ "$SKIP_SYSTEM" != 1 ]; then
         "(or its address), port $MQTT_PORT, user homeassistant, password $(lan_password homeassistant)" \
         "(kept in $LAN_CREDENTIALS, readable by root only)"
 fi
+# QoS 1: the broker keeps the message until it is spoken (the README's test publish)
+SPEAK="mosquitto_pub -h $MQTT_HOST -p $MQTT_PORT${MQTT_USER:+ -u $MQTT_USER -P PASSWORD} -q 1 -t $TOPIC_PREFIX/say -m 'こんにちは'"
 if [ "$RUNNING" = 1 ]; then
-    say "Done. Make it speak: mosquitto_pub -h $MQTT_HOST -p $MQTT_PORT -t $TOPIC_PREFIX/say -m 'こんにちは'   Logs: journalctl -u $SVC -f"
+    say "Done. Make it speak: $SPEAK   Logs: journalctl -u $SVC -f"
 else
     say "Installed, not running. Check the setup with: sudo $VENV/bin/hayakoe-pi check --config /etc/hayakoe-pi/config.yaml;" \
-        "once it runs: mosquitto_pub -h $MQTT_HOST -p $MQTT_PORT -t $TOPIC_PREFIX/say -m 'こんにちは'"
+        "once it runs: $SPEAK"
 fi

@@ -191,7 +191,7 @@ def test_install_lays_everything_out(installed):
     last = p.stdout.strip().splitlines()[-1]
     # --no-start: nothing runs, so no "Done": how to check it, and what to send once it runs
     assert last.startswith("Installed, not running.") and "hayakoe-pi check --config" in last
-    assert "mosquitto_pub -h localhost -p 1883 -t hayakoe/say" in last and "Done." not in p.stdout
+    assert "mosquitto_pub -h localhost -p 1883 -q 1 -t hayakoe/say" in last and "Done." not in p.stdout
     assert "systemctl skipped" in p.stdout
 
 
