@@ -22,8 +22,12 @@ HEADER = """# Command reference
 Every `hayakoe-pi` command and flag, and every option of `install.sh`. This file is made from
 their definitions (`hayakoe_pi/cli_args.py`, `install.sh --help`) by
 `python tools/command_reference.py > docs/commands.md`, and `tests/test_docs.py` fails when it
-differs from them. `--config FILE` goes before or after the command's name, for every command.
-The MQTT topics and payloads are in [mqtt.md](mqtt.md).
+differs from them. `--config FILE` goes before or after the command's name, for every command;
+without it a command reads the file `$HAYAKOE_PI_CONFIG` names, else
+`/etc/hayakoe-pi/config.yaml` when it exists and you are root (`sudo hayakoe-pi ...` works as
+the service does), else the built-in defaults (`run`, `check`, `dict`, `forget` and `prepare`
+without `--models` need a config: theirs is `/etc/hayakoe-pi/config.yaml`). Numbers out of
+their range are refused. The MQTT topics and payloads are in [mqtt.md](mqtt.md).
 """
 
 
