@@ -12,7 +12,14 @@ TEXT with the tiny fixture model's vocabulary:
   later, as in the daemon (the model loaded by then, alongside the voices),
   median over processes;
 * new words: every reading cache of the front end emptied before each run, so
-  the 10 words are read as if never seen (kanalizer guesses each);
+  the 10 words are read as if never seen: those in the list of kanalizer's
+  readings made ahead (hayakoe_pi/text/data/english_readings.txt) looked up,
+  the others guessed by kanalizer's model;
+* the same with every word in the list (LISTED_TEXT: two words in place of the
+  two it lacks);
+* new words outside the list: the same with the list left unused, so that
+  kanalizer's model guesses all 10, as for words no list holds (a tree without
+  the list: the same as new words);
 * seen words: the same text again, the words' readings cached, as a
   household's recurring notifications are.
 
@@ -35,10 +42,16 @@ VOCAB = REPO / "tests/fixtures/models/tiny/bert/tokenizer/vocab.txt"
 
 # 10 English words, none of them in the readings table: Front, Porch, ecobee, Tesla, Powerwall,
 # Mailbox, Plastic, Bottle, Patio, Sprinkler.
+WORDS = ["Front", "Porch", "ecobee", "Tesla", "Powerwall", "Mailbox", "Plastic", "Bottle", "Patio", "Sprinkler"]
 TEXT = ("Front Porchのカメラが人を検知しました。ecobeeによると室温は21.5℃、"
         "湿度は45%です。Tesla Powerwallの残量は80%で、昼間は太陽光で充電します。Mailboxに郵便物が届きました。"
         "今日はPlastic Bottleの回収日なので、8:00までに出してください。Patioの照明は22時に消えます。"
         "Sprinklerは明日の朝6:30から15分間動きます。窓を閉めてね。")
+
+# The same with two words of that list in place of the two it lacks (ecobee, Powerwall): a notification whose
+# English words are all common ones.
+LISTED_TEXT = TEXT.replace("ecobee", "Hallway").replace("Powerwall", "Battery")
+LISTED_WORDS = [{"ecobee": "Hallway", "Powerwall": "Battery"}.get(w, w) for w in WORDS]
 
 CHILD = r"""
 import json, sys, time, importlib, pkgutil
@@ -59,6 +72,14 @@ def timed():
     fe.analyze(sample)
     return (time.perf_counter() - began) * 1000
 
+if mode == "unlisted":  # no word found in the list of readings made ahead (a tree without it: as "new")
+    try:
+        from hayakoe_pi.text.english_list import READINGS
+    except ImportError:
+        pass
+    else:
+        READINGS.reading = lambda word, version: None
+    mode = "new"
 if mode in ("first", "started"):
     if mode == "started":
         time.sleep(1.0)  # as in the daemon, whose models take seconds to load: kanalizer's warm-up is done
@@ -76,12 +97,21 @@ print(json.dumps({"ms": out, "norm": fe.analyze(sample).norm}))
 """
 
 
-def measure(tree: Path, mode: str, repeats: int) -> tuple[list[float], str]:
-    r = subprocess.run([sys.executable, "-c", CHILD, mode, str(VOCAB), str(repeats), TEXT],
+def measure(tree: Path, mode: str, repeats: int, text: str = TEXT) -> tuple[list[float], str]:
+    r = subprocess.run([sys.executable, "-c", CHILD, mode, str(VOCAB), str(repeats), text],
                        capture_output=True, text=True, check=True, cwd=tree,  # python -c imports from cwd first
                        env={"PYTHONPATH": str(tree), "PATH": "/usr/bin"})
     out = json.loads(r.stdout.strip().splitlines()[-1])
     return out["ms"], out["norm"]
+
+
+def listed_words(tree: Path, words: list[str]) -> list[str]:
+    """Which of these words the tree's list of kanalizer's readings made ahead holds."""
+    path = tree / "hayakoe_pi/text/data/english_readings.txt"
+    if not path.exists():
+        return []
+    held = {line.split("\t")[0] for line in path.read_text(encoding="utf-8").splitlines()[1:]}
+    return [w for w in words if w.lower() in held]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,22 +126,31 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["tar", "-x", "-C", base_dir], input=archive, check=True)
         trees = {args.base: Path(base_dir), "this tree": REPO}
         rows, norms = {}, {}
-        for mode, label in (("first", "first text of a process"), ("started", "first text, 1 s after start"),
-                            ("new", "10 new English words"), ("seen", "words seen before")):
+        listed = listed_words(REPO, WORDS)
+        all_listed = len(listed_words(REPO, LISTED_WORDS))
+        for mode, label, text in (
+                ("first", "first text of a process", TEXT), ("started", "first text, 1 s after start", TEXT),
+                ("new", f"10 new words ({len(listed)} listed)", TEXT),
+                ("new", f"10 new words ({all_listed} listed)*", LISTED_TEXT),
+                ("unlisted", "10 new words, none listed", TEXT), ("seen", "words seen before", TEXT)):
             rows[label] = {}
             for name, tree in trees.items():
                 samples: list[float] = []
                 for _ in range(args.processes if mode in ("first", "started") else 1):
-                    ms, norms[name] = measure(tree, mode, args.repeats)
+                    ms, norm = measure(tree, mode, args.repeats, text)
                     samples += ms
+                    if text is TEXT:
+                        norms[name] = norm
                 rows[label][name] = statistics.median(samples)
     names = list(trees)
+    print(f"words in this tree's list of readings made ahead: {', '.join(listed) or 'none'}")
     print(f"front end of {len(TEXT)} characters with 10 English words (FrontEnd.analyze), median ms "
           f"({args.processes} processes for a first text, {args.repeats} runs otherwise)")
     print(f"| {'':28} | {names[0]:>10} | {names[1]:>10} | ratio |")
     print(f"|{'-' * 30}|{'-' * 12}|{'-' * 12}|-------|")
     for label, by in rows.items():
         print(f"| {label:28} | {by[names[0]]:10.2f} | {by[names[1]]:10.2f} | {by[names[1]] / by[names[0]]:5.2f} |")
+    print(f"* {', '.join(LISTED_WORDS[i] for i in (2, 4))} in place of {WORDS[2]} and {WORDS[4]}")
     for name in names:
         print(f"{name}: {norms[name]}")
     return 0

@@ -13,7 +13,7 @@ probe = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(probe)
 
 
-GUESSES = {"version": "0.1.1", "readings": {"doorbell": "ドアベル"}}
+GUESSES = {"version": "0.1.1", "readings": {"doorbell": "ドアベル"}, "listed": {"checked": 24, "differ": {}}}
 
 
 def _result(folder: Path, frontend: str, audio: dict, machine: str, kanalizer: dict = GUESSES) -> Path:
@@ -60,3 +60,31 @@ def test_kanalizer_must_load_and_read_alike_on_arm64(tmp_path, x86, capsys, kana
                     {"v/0": np.linspace(-1, 1, 100, dtype=np.float32)}, "aarch64", kanalizer)
     assert probe.compare(x86, arm64) == 1
     assert "kanalizer on arm64" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("listed", [
+    {"checked": 24, "differ": {"aaa": ["アーア", "ア"]}},  # the list says otherwise than kanalizer on arm64
+    None,  # or was not compared with it
+])
+def test_arm64s_kanalizer_must_read_the_list_made_ahead_as_the_list_does(tmp_path, capsys, listed):
+    """Even when x86 agrees with arm64 (a list out of date: test_english_list fails on x86 then)."""
+    guesses = {"version": "0.1.1", "readings": {"doorbell": "ドアベル"}} | ({"listed": listed} if listed else {})
+    frontend, audio = '{"text": "鍵"}\n', {"v/0": np.zeros(10, np.float32)}
+    x86 = _result(tmp_path / "x86", frontend, audio, "x86_64", guesses)
+    arm64 = _result(tmp_path / "arm64", frontend, audio, "aarch64", guesses)
+    assert probe.compare(x86, arm64) == 1
+    assert "words of the list made ahead" in capsys.readouterr().err
+
+
+def test_the_list_made_ahead_is_read_alike_by_this_machines_kanalizer(tmp_path, monkeypatch):
+    """What `run` records: a sample of the shipped list, read by the installed kanalizer, none otherwise;
+    a list that says otherwise is caught."""
+    kanalizer = pytest.importorskip("kanalizer")
+    listed = probe.listed_alike(kanalizer)
+    assert listed["checked"] >= 20 and listed["differ"] == {}
+    from hayakoe_pi.text import english_list
+
+    wrong = tmp_path / "list.txt"
+    wrong.write_text("# kanalizer 0.1.1: test\nfront\tフロンテ\n", encoding="utf-8")
+    monkeypatch.setattr(english_list, "LIST_PATH", wrong)
+    assert probe.listed_alike(kanalizer) == {"checked": 1, "differ": {"front": ["フロンテ", "フロント"]}}

@@ -10,13 +10,15 @@ copies: the children of hayakoe_pi.models.prepare), then writes `frontend.jsonl`
 (`Engine.synthesize` with the noise off: every sentence with the
 first voice, the second-last with the others) and
 `run.json` (machine, versions, decoder form and lanes chosen, whether BERT's
-8-bit weights were made unsigned, kanalizer's readings of KANALIZER_WORDS). `--child-python` is the
+8-bit weights were made unsigned, kanalizer's readings of KANALIZER_WORDS, and
+of a sample of the list of its readings made ahead on x86 where they differ). `--child-python` is the
 program the children are started with: under qemu user mode without
 binfmt_misc the guest cannot exec an arm64 binary itself, only a host script
 that starts qemu again.
 
 `compare` exits 1 unless the front end is byte-identical, kanalizer loads
-and reads alike on both, and every audio array has the same length and
+and reads alike on both and on arm64 reads the sampled words of the list as
+the list does, and every audio array has the same length and
 differs by at most 1e-4.
 """
 
@@ -34,6 +36,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 MAX_DIFFERENCE = 1e-4
 KANALIZER_WORDS = ["doorbell", "powerwall", "ecobee"]  # read by kanalizer's model on each machine
+LISTED_STEP = 3000  # every 3000th word of the list of readings made ahead (on x86) read again on each machine
 
 # Plain Japanese, the readings table (numbers, units, times, dates, Latin
 # letters), and texts long enough for several BERT and decoder windows.
@@ -90,7 +93,8 @@ def run(models: Path, out: Path, child_python: str | None) -> None:
     try:
         import kanalizer
 
-        guesses = {"version": kanalizer.__version__, "readings": {w: kanalizer.convert(w) for w in KANALIZER_WORDS}}
+        guesses = {"version": kanalizer.__version__, "readings": {w: kanalizer.convert(w) for w in KANALIZER_WORDS},
+                   "listed": listed_alike(kanalizer)}
     except Exception as e:  # the front end would fall back to spelling: reported, and compare fails
         guesses = {"error": f"{type(e).__name__}: {e}"}
     (out / "run.json").write_text(json.dumps({
@@ -100,6 +104,17 @@ def run(models: Path, out: Path, child_python: str | None) -> None:
         "decoder_lanes": lanes,
         "bert_unsigned_int8": store.bert.unsigned_int8, "kanalizer": guesses},
         indent=1))
+
+
+def listed_alike(kanalizer) -> dict:
+    """A sample of the list of kanalizer's readings made ahead (english_list.py), read by this machine's
+    kanalizer: the words it reads otherwise than the list, which english.py would read on its behalf."""
+    from hayakoe_pi.text.english import kanalizer_reading
+    from hayakoe_pi.text.english_list import LIST_PATH
+
+    sample = [line.split("\t") for line in LIST_PATH.read_text(encoding="utf-8").splitlines()[1::LISTED_STEP]]
+    said = {word: kanalizer_reading(kanalizer, word) or "" for word, _ in sample}
+    return {"checked": len(sample), "differ": {w: [r, said[w]] for w, r in sample if said[w] != r}}
 
 
 def compare(x86: Path, arm64: Path) -> int:
@@ -137,6 +152,12 @@ def compare(x86: Path, arm64: Path) -> int:
         failures.append(f"kanalizer on arm64: {guesses[1].get('error') or guesses[1]} (x86: {guesses[0]})")
     else:
         print(f"  kanalizer {guesses[1].get('version')}: {guesses[1].get('readings')} on both")
+    listed = guesses[1].get("listed", {})
+    if "error" not in guesses[1] and (not listed.get("checked") or listed.get("differ")):
+        failures.append(f"kanalizer on arm64 reads {len(listed.get('differ', {}))} of {listed.get('checked', 0)} "
+                        f"words of the list made ahead otherwise (list, arm64): {listed.get('differ')}")
+    elif listed:
+        print(f"  the list made ahead: {listed['checked']} of its words read alike by kanalizer on arm64")
     lines = a.count(b"\n")
     print(f"  frontend: {lines} lines, {'byte-identical' if a == b else 'DIFFERENT'}")
     print(f"  audio: {len(audio_a.files)} arrays, largest difference {worst:.2e} (limit {MAX_DIFFERENCE:.0e})")

@@ -13,7 +13,10 @@ acronyms, known words: readings.py) is read here, first found wins:
    シングス, TPLink → ティーピー + リンク), when every part can be read;
 5. kanalizer, VOICEVOX's English-to-kana model (eufy → ユーフィー), for a word
    of 3 or more letters not all in capitals, or in capitals that the table
-   lists as a word (``capital_words``: ALARM → アラーム, not エーエルエーアールエム).
+   lists as a word (``capital_words``: ALARM → アラーム, not エーエルエーアールエム):
+   first its readings of 71 000 common words made ahead (english_list.py:
+   a lookup, where the model takes milliseconds a word), used only with the
+   kanalizer version that made them, then the model itself.
 
 Anything else is left as it was before kanalizer: OpenJTalk's reading if it
 has one, else the letters, which OpenJTalk spells. The words of a name
@@ -32,6 +35,7 @@ from functools import lru_cache
 
 import pyopenjtalk
 
+from .english_list import READINGS
 from .table import TABLE
 
 __all__ = ["CAPITAL_WORDS", "ENGLISH_WORDS", "clear_cache", "read_latin_words", "warm_up"]
@@ -121,17 +125,30 @@ def warm_up() -> None:
             _unavailable(e)
 
 
+def kanalizer_reading(kanalizer, word: str) -> str | None:
+    """kanalizer's katakana for a lower-case word, None when it has no complete one.
+
+    The one call to its model: also tools/make_english_readings.py's, which made the list.
+    """
+    try:
+        return kanalizer.convert(word, on_incomplete="error") or None
+    except kanalizer.IncompleteConversionError:
+        log.debug("kanalizer has no reading for %r", word)
+        return None
+
+
 @lru_cache(maxsize=4096)
 def _guess(word: str) -> str | None:
     """kanalizer's katakana for a lower-case word; None without kanalizer or when it gives none."""
     kanalizer = _kanalizer_module()
     if kanalizer is None:
         return None
+    version = getattr(kanalizer, "__version__", None)
+    listed = READINGS.reading(word, version) if version else None  # made ahead by this very version
+    if listed is not None:
+        return listed or None
     try:
-        return kanalizer.convert(word, on_incomplete="error") or None
-    except kanalizer.IncompleteConversionError:
-        log.debug("kanalizer has no reading for %r", word)
-        return None
+        return kanalizer_reading(kanalizer, word)
     except Exception as e:  # a broken model or library: stop asking it
         _unavailable(e)
         return None
