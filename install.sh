@@ -19,7 +19,9 @@
 #
 # --uninstall stops and removes the service, /opt/hayakoe-pi and the
 # /usr/local/bin/hayakoe-pi link, and keeps the config, models and cache;
-# with --purge it removes those, the user and the mosquitto drop-in as well.
+# with --purge it removes those, the user and the mosquitto drop-in as well:
+# every file the service and the CLI made (tools/install-check compares the
+# whole file tree with the one before the install).
 #
 # Test hooks (environment; unset on a real install):
 #   HAYAKOE_ROOT=DIR       prefix every system path written (/opt, /etc,
@@ -50,7 +52,8 @@ CACHE_DIR="$ROOT/var/cache/hayakoe-pi"
 UNIT="$ROOT/etc/systemd/system/hayakoe-pi.service"
 MOSQUITTO_CONF="$ROOT/etc/mosquitto/conf.d/hayakoe-pi.conf"
 MOSQUITTO_PASSWORDS="$ROOT/etc/mosquitto/hayakoe-pi.passwd"  # the LAN listener's users (--lan-broker)
-APT_PACKAGES=(python3-venv python3-pip libportaudio2 alsa-utils curl ca-certificates)
+# mosquitto-clients: mosquitto_pub and mosquitto_sub, to try the service (and Home Assistant's broker)
+APT_PACKAGES=(python3-venv python3-pip libportaudio2 alsa-utils curl ca-certificates mosquitto-clients)
 # The model layout and the default voice come from the package (hayakoe_pi/layout.py): the
 # default voice read from it as text (a minimal system has no python3 before the apt step),
 # the file lists by running it once python3 is there.
@@ -91,7 +94,8 @@ Install or upgrade hayakoe-pi (offline Japanese text to speech over MQTT).
   --uninstall         stop and remove the service and /opt/hayakoe-pi; keep the
                       config (/etc/hayakoe-pi), models and cache
   --purge             with --uninstall: also remove the config, models, cache,
-                      the hayakoe-pi user and the mosquitto drop-in
+                      state, the hayakoe-pi user, the mosquitto drop-in and
+                      its LAN users: every file the service and the CLI made
   -h, --help          show this help
 EOF
 }
@@ -153,6 +157,16 @@ if [ "$UNINSTALL" = 0 ]; then
         *) die "onnxruntime has no wheel for $MACHINE: this installer is for aarch64 and x86_64" ;;
     esac
 fi
+# A name of the model layout, read from hayakoe_pi/layout.py as text (a minimal system has no
+# python3 before the apt step): NAME = "a" or NAME = ("a", "b") → a, or a b.
+layout() { sed -n "s/^$1 = //p" "$SRC/hayakoe_pi/layout.py" | tr -d '()",'; }
+# The files voice $1 needs (layout.required_files, the same list once python3 is there).
+layout_required() {
+    local name
+    layout BERT_PATH
+    for name in $(layout TOKENIZER_FILES); do echo "$(layout TOKENIZER_DIR)/$name"; done
+    for name in $(layout VOICE_FILES); do echo "$(layout SPEAKERS_DIR)/$1/$name"; done
+}
 if [ -n "$MODELS_FROM" ] && [ "$UNINSTALL" = 0 ]; then
     [ -f "$MODELS_FROM/onnx/bert/q8/bert_q8.onnx" ] ||
         die "--models-from $MODELS_FROM has no onnx/bert/q8/bert_q8.onnx (a HayaKoe-layout models folder has" \
@@ -172,6 +186,11 @@ if [ -n "$MODELS_FROM" ] && [ "$UNINSTALL" = 0 ]; then
         die "--models-from $MODELS_FROM has no onnx/speakers/$VOICE_ARG/synthesizer.onnx;" \
             "its voices: ${FROM_VOICES[*]}"
     fi
+    lacking=()
+    while read -r rel; do [ -f "$MODELS_FROM/$rel" ] || lacking+=("$rel"); done < <(layout_required "$VOICE_ARG")
+    [ ${#lacking[@]} -eq 0 ] ||
+        die "--models-from $MODELS_FROM lacks ${lacking[*]} (a HayaKoe-layout models folder has" \
+            "onnx/bert/q8/bert_q8.onnx, bert/tokenizer/ and onnx/speakers/<voice>/); nothing was changed"
 fi
 
 # systemctl only on a host booted with systemd, and only for the real root.
@@ -209,9 +228,19 @@ uninstall() {
     if [ -L "$BIN_LINK" ]; then rm -f "$BIN_LINK"; fi
     say "removed $UNIT, $OPT_DIR and $BIN_LINK"
     if [ "$PURGE" = 1 ]; then
-        # /root/.cache/hayakoe-pi: what `sudo hayakoe-pi ...` of older versions made
-        rm -rf "$ETC_DIR" "$STATE_DIR" "$CACHE_DIR" "$ROOT/etc/systemd/system/$SVC.service.d" "$ROOT/root/.cache/hayakoe-pi"
+        # /root/.cache/hayakoe-pi: what `sudo hayakoe-pi ...` of older versions made; /var/tmp: an
+        # interrupted install's downloads
+        rm -rf "$ETC_DIR" "$STATE_DIR" "$CACHE_DIR" "$ROOT/etc/systemd/system/$SVC.service.d" \
+            "$ROOT/root/.cache/hayakoe-pi" "$ROOT/var/tmp/hayakoe-pi-models"
         say "removed $ETC_DIR, $STATE_DIR (models, state) and $CACHE_DIR"
+        # onnxruntime's telemetry id and database, which `sudo hayakoe-pi ...` of older versions left
+        # in root's home (this version stops onnxruntime from writing them)
+        ort="$ROOT/root/.cache/Microsoft/DeveloperTools/.onnxruntime"
+        if [ -d "$ort" ]; then
+            rm -rf "$ort"
+            rmdir "$(dirname "$ort")" "$(dirname "$(dirname "$ort")")" 2>/dev/null || true  # if nothing else is there
+            say "removed $ort (onnxruntime's telemetry id)"
+        fi
         if [ -f "$MOSQUITTO_CONF" ]; then
             rm -f "$MOSQUITTO_CONF" "$MOSQUITTO_PASSWORDS"
             say "removed $MOSQUITTO_CONF (the mosquitto package itself stays)"
@@ -297,7 +326,8 @@ cleanup() { rm -rf "$BUILD_DIR"; }
 trap cleanup EXIT
 tar -C "$SRC" --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.egg-info' \
     --exclude=./tests --exclude=./bench --exclude=__pycache__ -cf - . | tar -C "$BUILD_DIR" -xf -
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+# --no-cache-dir: nothing left in /root/.cache/pip (--purge removes what the install made)
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-warn-script-location --no-cache-dir \
     --upgrade "$BUILD_DIR" ||
     die "pip could not install hayakoe-pi into $VENV (see above; is PyPI reachable?)"
 say "installed $("$VENV/bin/python" -m pip --disable-pip-version-check show hayakoe-pi 2>/dev/null |
@@ -555,7 +585,7 @@ if [ "$SKIP_SYSTEM" != 1 ]; then
         localhost | 127.0.0.1 | ::1)
             if [ "$LAN_BROKER" = 1 ]; then
                 step "MQTT broker: open to the LAN on ${LAN_INTERFACES[*]}, with a password"
-                apt_install mosquitto mosquitto-clients
+                apt_install mosquitto
                 lan_users
                 install_mosquitto_conf
                 if [ -z "$MQTT_USER" ] && [ "$CONFIG_IS_DEFAULT" = 1 ]; then
@@ -582,7 +612,7 @@ if [ "$SKIP_SYSTEM" != 1 ]; then
                     "(if it still does not answer on port $MQTT_PORT, see its log: /var/log/mosquitto/mosquitto.log)"
             else
                 step "MQTT broker: installing mosquitto for this machine only ($MQTT_HOST:$MQTT_PORT)"
-                apt_install mosquitto mosquitto-clients
+                apt_install mosquitto
                 install_mosquitto_conf
             fi
             ;;
@@ -813,9 +843,11 @@ if [ "$LAN_BROKER" = 1 ] && [ "$SKIP_SYSTEM" != 1 ]; then
         "(or its address), port $MQTT_PORT, user homeassistant, password $(lan_password homeassistant)" \
         "(kept in $LAN_CREDENTIALS, readable by root only)"
 fi
+# QoS 1: the broker keeps the message until it is spoken (the README's test publish)
+SPEAK="mosquitto_pub -h $MQTT_HOST -p $MQTT_PORT${MQTT_USER:+ -u $MQTT_USER -P PASSWORD} -q 1 -t $TOPIC_PREFIX/say -m 'こんにちは'"
 if [ "$RUNNING" = 1 ]; then
-    say "Done. Make it speak: mosquitto_pub -h $MQTT_HOST -p $MQTT_PORT -t $TOPIC_PREFIX/say -m 'こんにちは'   Logs: journalctl -u $SVC -f"
+    say "Done. Make it speak: $SPEAK   Logs: journalctl -u $SVC -f"
 else
     say "Installed, not running. Check the setup with: sudo $VENV/bin/hayakoe-pi check --config /etc/hayakoe-pi/config.yaml;" \
-        "once it runs: mosquitto_pub -h $MQTT_HOST -p $MQTT_PORT -t $TOPIC_PREFIX/say -m 'こんにちは'"
+        "once it runs: $SPEAK"
 fi

@@ -2,12 +2,14 @@
 """A first start on a small Pi: prepare and synthesize inside a memory limit.
 
     python bench/run.py memory --models /work/bench-models/full [--limits 400,700,900] [--baseline REPO]
+                               [--decoder fp32|int8|auto]
 
 For each limit, on a fresh cache and with the page cache dropped, it runs in a
 memory cgroup of that size (cgroup v1 `memory.limit_in_bytes`, as root; the
 kernel's OOM killer acts as on a Pi with that much free): `hayakoe-pi prepare`
 of BERT and the voice, then `hayakoe-pi synth` of a short text and of the 38 s
-text. It prints, per run, whether it succeeded and how long it took, and the
+text, with `engine.decoder` given by --decoder (int8: prepare makes the 8-bit decoder
+too, in two more children). It prints, per run, whether it succeeded and how long it took, and the
 per-step peaks prepare reports (the group's own peak says little: the page
 cache fills it to the limit, and the kernel reclaims that before it kills). `--baseline REPO` runs another
 checkout the same way (`git worktree add /tmp/base HEAD~1`).
@@ -51,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--voice", default="full-voice")
     ap.add_argument("--limits", default="400,700,900", help="memory limits in MB, comma-separated")
     ap.add_argument("--baseline", type=Path, help="another checkout to run the same way")
+    ap.add_argument("--decoder", default="fp32", choices=("fp32", "int8", "auto"), help="engine.decoder")
     a = ap.parse_args(argv)
     why = memory_cgroup_available()
     if why:
@@ -63,9 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         for label, repo in builds:
             with tempfile.TemporaryDirectory(prefix="hayakoe-memory-") as cache:
                 cache = Path(cache)
-                runs = [_run(repo, limit, cache, ["prepare", "--models", str(a.models), "--voice", a.voice])]
+                config = cache / "config.yaml"
+                # engine: only where asked for (a baseline may not know it)
+                engine = f"engine: {{decoder: {a.decoder}}}\n" if a.decoder != "fp32" else ""
+                config.write_text(f"models: {{dir: '{a.models}'}}\nvoice: {{name: '{a.voice}'}}\n"
+                                  f"cache: {{dir: '{cache / 'cache'}'}}\n{engine}")
+                runs = [_run(repo, limit, cache, ["prepare", "--config", str(config), "--voice", a.voice])]
                 for text in (texts["short"], texts["very long"]):
-                    runs.append(_run(repo, limit, cache, ["synth", "--models", str(a.models), "--voice", a.voice,
+                    runs.append(_run(repo, limit, cache, ["synth", "--config", str(config),
                                                           "-o", str(cache / "out.wav"), text]))
             cells = [f"ok, {r['seconds']:.1f} s" if r["ok"]
                      else f"**failed** (exit {r['exit']}{', OOM-killed' if r['exit'] in (-9, 137) or 'out of memory' in r['error'] else ''})"

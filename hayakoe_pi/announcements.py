@@ -1,20 +1,20 @@
 """How an announcement sounds on this Pi: its chime, and quiet hours at night.
 
 Both are per-Pi settings Home Assistant changes (a select and a switch, like the
-volume): kept in announcements.json beside the state file, shown retained under
-hayakoe/<device.id>/chime and /quiet_hours.
+volume): the changes kept in announcements.json beside the state file (settings.py's
+rule), shown retained under hayakoe/<device.id>/chime and /quiet_hours.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .settings import RuntimeChanges, Setting
 
 log = logging.getLogger("hayakoe_pi")
 
@@ -68,26 +68,34 @@ def playing_volume(volume: float, quiet: QuietHours | None, alert: bool,
 
 
 class AnnouncementSettings:
-    """The chime chosen (none / default / file) and quiet hours on or off; saved on change."""
+    """The chime chosen (none / default / file) and quiet hours on or off: the config's, or as
+    Home Assistant changed them (kept by settings.py's rule: a changed config wins)."""
 
-    def __init__(self, path: Path, chime: str, quiet: QuietHours | None):
+    NAMES = ("chime", "quiet_hours")
+
+    def __init__(self, path: Path, chime: str, quiet: QuietHours | None, config_mtime: float | None = None,
+                 read_only: bool = False):
         self.path, self.quiet_hours_config = path, quiet
         self.chime_options = ["none", "default"] + ([] if chime in ("none", "default") else ["file"])
-        self.chime = "file" if chime not in ("none", "default") else chime
-        self.quiet_on = quiet is not None
+        configured = {"chime": "file" if chime not in ("none", "default") else chime, "quiet_hours": quiet is not None}
+        self.changes = RuntimeChanges(path, configured, self._usable, config_mtime, read_only,
+                                      shows={"quiet_hours": lambda on: SWITCH[not on]})
+        for note in self.changes.dropped:
+            log.warning("%s", note)
+        self.chime, self.quiet_on = self.changes.value("chime"), self.changes.value("quiet_hours")
         self._lock = threading.Lock()
-        try:
-            saved = json.loads(path.read_text("utf-8"))
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as e:
-            log.warning("%s cannot be read (%s); using the config's chime and quiet hours", path, e)
-            return
-        if isinstance(saved, dict):
-            if saved.get("chime") in self.chime_options:
-                self.chime = saved["chime"]
-            if isinstance(saved.get("quiet_hours"), bool) and quiet is not None:
-                self.quiet_on = saved["quiet_hours"]
+
+    def _usable(self, name: str, value) -> bool:
+        if name == "chime":
+            return value in self.chime_options
+        return isinstance(value, bool) and (self.quiet_hours_config is not None or not value)
+
+    def settings(self) -> list[Setting]:
+        """Each setting in effect and where it comes from."""
+        return [self.changes.setting("chime", self.chime), self.changes.setting("quiet_hours", self.quiet_on)]
+
+    def describe(self) -> str:
+        return ", ".join(s.line(self.changes.shown(s.name)) for s in self.settings())
 
     @property
     def quiet(self) -> QuietHours | None:
@@ -120,13 +128,4 @@ class AnnouncementSettings:
                 if self.quiet_hours_config is None and value.upper() == "ON":
                     raise ValueError("no quiet hours are configured (audio.quiet_hours in the config)")
                 self.quiet_on = value.upper() == "ON"
-            self._save()
-
-    def _save(self) -> None:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"chime": self.chime, "quiet_hours": self.quiet_on}), "utf-8")
-            os.replace(tmp, self.path)
-        except OSError as e:
-            log.warning("cannot save %s (%s)", self.path, e)
+            self.changes.update({"chime": self.chime, "quiet_hours": self.quiet_on})

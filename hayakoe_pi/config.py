@@ -255,6 +255,35 @@ def _build(cls, given, path: str):
     return cls(**values)
 
 
+class _NoRepeatsLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error: plain YAML
+    keeps the last and drops the first without a word (a `wyoming:` section pasted above the
+    installed one would be lost)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    earlier = first.get(key)
+                except TypeError:  # an unhashable key: SafeLoader says so itself
+                    continue
+                if earlier is not None:
+                    raise ConfigError(f"line {line}: {key!r} is given a second time (first on line {earlier}); "
+                                      "YAML would keep only the last one: merge the two into one")
+                first[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(text: str):
+    """YAML text → data, refusing a key repeated in a mapping (ConfigError, with both lines)."""
+    return yaml.load(text, Loader=_NoRepeatsLoader)
+
+
 def load_config(path: str | Path | None) -> Config:
     """Read and check a config file; omitted keys take their defaults."""
     if path is None:
@@ -267,9 +296,11 @@ def load_config(path: str | Path | None) -> Config:
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
     try:
-        given = yaml.safe_load(text)
+        given = read_yaml(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path} is not valid YAML: {e}") from None
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
     try:
         config = _build(Config, given or {}, "")
         _check(config)

@@ -38,6 +38,7 @@ from .mqtt_api import PayloadError, SayRequest, event, parse_say
 from .receipts import Receipts
 from .reports import Reports
 from .speaking import SpeakingRecord, died_speaking
+from .settings import config_changed_at
 from .speech import SavedSelection, SpeechError, SpeechService
 from .topics import ANNOUNCEMENT, SELECTION, Topics
 from .text.dictionary import UserDictionary
@@ -51,13 +52,14 @@ AUDIO_ATTEMPTS = 3
 class Daemon:
     """MQTT's front door: the queue of say requests, the speaker thread, commands and events."""
 
-    def __init__(self, config: Config, store: ModelStore | None = None):
+    def __init__(self, config: Config, store: ModelStore | None = None, config_file: str | Path | None = None):
         self.config = config
         models_dir = Path(config.models.dir).expanduser()
         self.store = store or ModelStore(models_dir, derived_dir=config.cache.models_dir,
                                          decoder=config.engine.decoder)
         voice_cfg, state = config.voice, Path(config.state.file)
-        selection = SavedSelection(state, config.audio.volume, voice_cfg.name, voice_cfg.style)
+        config_mtime = config_changed_at(config_file)
+        selection = SavedSelection(state, config.audio.volume, voice_cfg.name, voice_cfg.style, config_mtime)
         words = UserDictionary(Path(config.dictionary.file), config.dictionary.max_entries)
         self.speech = SpeechService(self.store, PhraseCache(config.cache.dir, config.cache.max_mb),
                                     selection, voice_cfg.name, voice_cfg.style, voice_cfg.speed,
@@ -66,7 +68,9 @@ class Daemon:
         audio = config.audio
         self.player = Player(audio.device, lead_in_ms=audio.lead_in_ms, keep_open_s=audio.keep_open_s)
         self.chimes = Chimes(audio.chime, audio.chime_dir)
-        self.announcements = AnnouncementSettings(state.with_name("announcements.json"), audio.chime, audio.quiet())
+        self.announcements = AnnouncementSettings(state.with_name("announcements.json"), audio.chime, audio.quiet(),
+                                                  config_mtime)
+        log.info("settings: %s, %s", selection.describe(), self.announcements.describe())
         self.identity = config.identity()
         mqtt = config.mqtt
         self.topics = Topics(mqtt.topic_prefix, self.identity.id, mqtt.discovery_prefix, mqtt.birth_topic)
@@ -367,7 +371,7 @@ class Daemon:
         request.ack()
 
 
-def run(config: Config) -> int:
+def run(config: Config, config_file: str | Path | None = None) -> int:
     """`hayakoe-pi run`: load everything, then serve until stopped."""
     from .config import check_models
 
@@ -375,7 +379,7 @@ def run(config: Config) -> int:
     check_models(config)
     sdnotify.notify("STATUS=loading models")
     started = time.monotonic()
-    daemon = Daemon(config)
+    daemon = Daemon(config, config_file=config_file)
     log.info("models loaded in %.1f s: voice %s, %d voices installed", time.monotonic() - started,
              daemon.speech.current_voice(), len(daemon.store.voices()))
     try:

@@ -28,6 +28,7 @@ from .engine import Engine
 from .models.errors import ModelError
 from .models.store import ModelStore
 from .sentences import pause_samples
+from .settings import RuntimeChanges, Setting
 from .text.dictionary import Entry, UserDictionary, active_words, function_word, prepare, use
 from .text.inline import InlineReadingError, check_inline_readings
 
@@ -68,53 +69,61 @@ def first_style(styles: list[str], preferred: str) -> str:
     return styles[0]
 
 
-class SavedSelection:
-    """Voice, style and volume as last chosen (over MQTT); kept in the state file.
+def percent(volume: float) -> str:
+    return f"{round(volume * 100):d} %"
 
-    Written whole or not at all (temporary file, fsync, rename): a power cut
-    leaves the old file or the new one. One that cannot be read is reported
-    and replaced with the defaults.
+
+def _usable(name: str, value) -> bool:
+    """Whether a kept volume, voice or style can be used at all (the voice's own checks come later)."""
+    if name == "volume":  # NaN and inf fail the range too
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
+    return isinstance(value, str) and bool(value) and not _has_control_characters(value)
+
+
+class SavedSelection:
+    """Voice, style and volume in effect: the config's, or as changed over MQTT.
+
+    Which wins is settings.py's rule: the state file keeps only the changes made at run time,
+    each with the config value it was made against, and a changed config wins. Written whole
+    or not at all (temporary file, fsync, rename): a power cut leaves the old file or the new
+    one. One that cannot be read, or a value that cannot be used, is reported and dropped.
     """
 
-    def __init__(self, path: Path, volume: float, voice: str, style: str):
+    NAMES = ("volume", "voice", "style")
+
+    def __init__(self, path: Path, volume: float, voice: str, style: str, config_mtime: float | None = None,
+                 read_only: bool = False):
         self.path = path
-        self.volume, self.voice, self.style = volume, voice, style
-        try:
-            saved = json.loads(path.read_text("utf-8"))
-            if not isinstance(saved, dict):
-                raise ValueError("not a JSON object")
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as e:
-            log.warning("state file %s cannot be read (%s); starting with the defaults", path, e)
-            self.save()
-            return
-        bad = []
-        given = saved.get("volume", volume)
-        if isinstance(given, (int, float)) and not isinstance(given, bool) and 0.0 <= given <= 1.0:
-            self.volume = float(given)  # NaN and inf fail the range too
-        else:
-            bad.append(f"volume {given!r}")
-        for name in ("voice", "style"):
-            given = saved.get(name, getattr(self, name))
-            if isinstance(given, str) and given and not _has_control_characters(given):
-                setattr(self, name, given)
-            else:
-                bad.append(f"{name} {given!r}")
-        if bad:
-            log.warning("state file %s: %s replaced with the defaults", path, ", ".join(bad))
-            self.save()
+        self.changes = RuntimeChanges(path, {"volume": volume, "voice": voice, "style": style}, _usable,
+                                      config_mtime, read_only, shows={"volume": percent})
+        for note in self.changes.dropped:
+            log.warning("%s", note)
+        self.volume, self.voice, self.style = (self.changes.value(name) for name in self.NAMES)
 
     def save(self) -> None:
-        data = {"volume": self.volume, "voice": self.voice, "style": self.style}
-        try:
-            write_durably(self.path, json.dumps(data))
-        except OSError as e:
-            log.warning("cannot save the state to %s (%s)", self.path, e)
+        self.changes.update({"volume": self.volume, "voice": self.voice, "style": self.style})
 
     def shown(self, name: str) -> str:
         """A setting as its retained MQTT state shows it (volume in percent)."""
         return f"{round(self.volume * 100):d}" if name == "volume" else getattr(self, name)
+
+    def settings(self) -> list[Setting]:
+        """Each setting in effect and where it comes from."""
+        return [self.changes.setting(name, getattr(self, name)) for name in self.NAMES]
+
+    def describe(self) -> str:
+        return ", ".join(s.line(self.changes.shown(s.name)) for s in self.settings())
+
+
+def settle_selection(selection: SavedSelection, installed: list[str], styles_of, voice: str, style: str) -> None:
+    """A kept voice that is no longer installed gives way to the config's; a style that is not
+    one of the voice's to the config's, else Neutral, else the voice's first."""
+    if selection.voice not in installed:
+        log.warning("saved voice %r is not installed; using %s", selection.voice, voice)
+        selection.voice, selection.style = voice, style
+    styles = styles_of(selection.voice)
+    if styles and selection.style not in styles:
+        selection.style = first_style(styles, style)
 
 
 @dataclass(frozen=True)
@@ -157,15 +166,10 @@ class SpeechService:
         self.max_text_chars = max_text_chars
         self.lock = threading.Lock()  # the selection: read by every request, changed by commands
         self.dictionary_lock = threading.Lock()  # one change of the words at a time; speech never waits for it
-        if selection.voice not in store.voices():
-            log.warning("saved voice %r is not installed; using %s", selection.voice, voice)
-            selection.voice, selection.style = voice, style
+        settle_selection(selection, store.voices(), self.styles, voice, style)
         self.engine = Engine(store.dir, voice=selection.voice, store=store)
         if dictionary is not None:  # OpenJTalk is asked between two engine steps
             dictionary.is_function_word = self._function_word
-        styles = self.styles(selection.voice)
-        if selection.style not in styles:
-            selection.style = first_style(styles, style)
 
     # --- texts ---------------------------------------------------------------------------
 

@@ -17,6 +17,9 @@ else:
 # The host's own ALSA setup (a desktop's PipeWire) must not change what the
 # tests see; tests of that detection point HAYAKOE_ALSA_CONFIG at their files.
 os.environ["HAYAKOE_ALSA_CONFIG"] = ""
+# Nor the machine's own service config: without --config, commands run as root would read
+# /etc/hayakoe-pi/config.yaml where hayakoe-pi is installed; they find none here.
+os.environ["HAYAKOE_PI_CONFIG"] = "/nonexistent/hayakoe-pi-tests/config.yaml"
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -171,4 +171,4 @@ def test_an_infinite_volume_in_the_state_file_starts_online_and_speaks(tmp_path)
     with appliance(tmp_path) as app:
         assert app.probe.reply("say", {"text": "音量が戻りました。", "id": "loud"})["event"] == "finished"
         assert app.probe.last("volume") == b"100"  # audio.volume, the default
-        assert "replaced with the defaults" in app.daemon.output()
+        assert "volume Infinity" in app.daemon.output()  # said, and dropped

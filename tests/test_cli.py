@@ -6,6 +6,7 @@ import sys
 import wave
 
 import numpy as np
+import pytest
 
 from conftest import FIXTURE_MODELS, REPO
 
@@ -83,10 +84,23 @@ def test_synth_into_a_missing_folder_fails_before_synthesis_without_a_traceback(
     assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr
 
 
-def test_speed_out_of_range_is_refused_as_in_the_config(tmp_path):
-    r = run_cli("synth", "--models", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--speed", "5",
-                "-o", str(tmp_path / "x.wav"), "はい")
-    assert r.returncode == 2 and "speed must be a number from 0.25 to 4.0" in r.stderr
+@pytest.mark.parametrize("args, complaint", [
+    (["synth", "--models", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--speed", "5", "-o", "x.wav", "はい"],
+     "argument --speed: speed must be a number from 0.25 to 4, got 5"),
+    (["say", "--speed", "0", "はい"], "argument --speed: speed must be a number from 0.25 to 4, got 0"),
+    (["say", "--speed", "nan", "はい"], "speed must be a number from 0.25 to 4, got nan"),
+    (["synth", "--models", "m", "--voice", "v", "--style-weight", "21", "-o", "x.wav", "はい"],
+     "argument --style-weight: style weight must be a number from 0 to 20, got 21"),
+    (["dict", "add", "晴翔", "ハルト", "1", "--priority", "11"],
+     "argument --priority: priority must be a whole number from 0 to 10, got 11"),
+    (["dict", "add", "晴翔", "ハルト", "-1"], "argument accent: accent must be a whole number of 0 or more"),
+    (["dict", "add", "晴翔", "ハルト", "1", "--kind", "pet"], "argument --kind: invalid choice: 'pet'"),
+])
+def test_values_out_of_range_are_refused_with_the_range_as_in_the_config(tmp_path, args, complaint):
+    """Before: `say --speed 0` spoke at the default speed (0 counted as not given)."""
+    r = run_cli(*args)
+    assert r.returncode == 2 and complaint in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_say_without_models_says_how_to_give_them(tmp_path):
@@ -107,9 +121,12 @@ def test_first_synth_prints_nothing_but_its_result(tmp_path):
     journal): no onnxruntime warning, no progress noise; only what was written."""
     out = tmp_path / "x.wav"
     r = run_cli("synth", "--models", str(FIXTURE_MODELS), "--voice", "tiny-voice", "-o", str(out),
-                "はい。", XDG_CACHE_HOME=str(tmp_path / "cache"))
+                "はい。", XDG_CACHE_HOME=str(tmp_path / "cache"), HOME=str(tmp_path / "home"))
     assert r.returncode == 0, r.stderr
     assert any((tmp_path / "cache").rglob("*.onnx")), "nothing was prepared: the test proves nothing"
+    # and onnxruntime wrote no telemetry id (Microsoft/DeveloperTools/.onnxruntime/deviceid) anywhere
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["hayakoe-pi"]
+    assert not (tmp_path / "home").exists()
     assert r.stderr.splitlines() == [l for l in r.stderr.splitlines() if l.startswith(f"wrote {out}")] != []
 
 
@@ -145,3 +162,80 @@ def test_a_desktop_sound_servers_default_is_named_with_the_fix(tmp_path):
     finally:
         sink.stop()
     assert sink.raw.stat().st_size > 0
+
+
+def test_version():
+    import tomllib
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    r = run_cli("--version")
+    assert r.returncode == 0 and r.stdout == f"hayakoe-pi {version}\n", r.stdout + r.stderr
+
+
+def subcommands(parser, prefix=()):
+    """Every command line of the parser that runs something: ("run",), ("dict", "add"), ..."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from subcommands(sub, prefix + (name,))
+            return
+    yield prefix
+
+
+def test_config_is_taken_before_or_after_the_command_everywhere():
+    """Before: `dict list --config X` failed (unrecognized arguments), only `dict --config X list` worked."""
+    from hayakoe_pi.cli_args import build_parser
+
+    required = {("synth",): ["--models", "m", "--voice", "v", "-o", "x.wav", "t"], ("say",): ["t"],
+                ("dict", "add"): ["晴翔", "ハルト", "1"], ("dict", "remove"): ["晴翔"]}
+    commands = list(subcommands(build_parser()))
+    assert len(commands) == 12 and ("forget",) in commands and ("dict", "test") in commands
+    for command in commands:
+        rest = required.get(command, [])
+        for where in range(len(command) + 1):  # before the command, between its words, after it
+            argv = [*command[:where], "--config", "X.yaml", *command[where:], *rest]
+            assert build_parser().parse_args(argv).config == "X.yaml", argv
+        assert build_parser().parse_args([*command, *rest]).config is None
+
+
+def test_dict_reads_the_config_given_after_the_action(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"dictionary: {{file: {tmp_path / 'words.yaml'}}}\n")
+    (tmp_path / "words.yaml").write_text("- {surface: 晴翔, reading: ハルト, accent: 1}\n")
+    for argv in (["dict", "list", "--config", str(config)], ["dict", "--config", str(config), "list"],
+                 ["--config", str(config), "dict", "list"]):
+        r = run_cli(*argv)
+        assert r.returncode == 0 and r.stdout == "晴翔\tハルト\t1\tproper\t5\n", (argv, r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("root, exists", [(True, True), (True, False), (False, True)])
+def test_every_command_reads_the_services_config_when_it_exists_and_you_are_root(monkeypatch, tmp_path,
+                                                                                 root, exists):
+    """As `run` always did: before, plain `sudo hayakoe-pi say TEXT` ignored /etc/hayakoe-pi/config.yaml
+    (its voice, its sound card) and spoke with the defaults."""
+    from hayakoe_pi import cli_args
+
+    service = tmp_path / "config.yaml"
+    if exists:
+        service.write_text("{}\n")
+    monkeypatch.setattr(cli_args, "DEFAULT_CONFIG", str(service))
+    monkeypatch.delenv("HAYAKOE_PI_CONFIG", raising=False)
+    monkeypatch.setattr(cli_args.os, "geteuid", lambda: 0 if root else 1000)
+    parse = cli_args.build_parser().parse_args
+    for argv in (["say", "t"], ["frontend", "t"], ["synth", "--models", "m", "--voice", "v", "-o", "o", "t"],
+                 ["prepare", "--models", "m"], ["devices"]):
+        assert cli_args.config_path(parse(argv)) == (str(service) if root and exists else None), argv
+    for argv in (["run"], ["check"], ["forget"], ["dict", "list"], ["prepare"]):  # they need one: the service's
+        assert cli_args.config_path(parse(argv)) == str(service), argv
+    assert cli_args.config_path(parse(["say", "--config", "mine.yaml", "t"])) == "mine.yaml"
+
+
+def test_say_without_config_speaks_with_the_services_config(tmp_path):
+    """The default config (here named by HAYAKOE_PI_CONFIG) gives `say` its models, voice and card."""
+    config = tmp_path / "service.yaml"
+    config.write_text(f"models: {{dir: {FIXTURE_MODELS}}}\nvoice: {{name: tiny-voice}}\n"
+                      f"cache: {{dir: {tmp_path / 'cache'}}}\naudio: {{device: the services card}}\n")
+    r = run_cli("say", "はい", HAYAKOE_PI_CONFIG=str(config))
+    assert r.returncode == 2 and "audio device 'the services card' not available" in r.stderr, r.stderr

@@ -111,3 +111,22 @@ def test_each_pi_has_its_ids_from_device_id_and_an_old_config_keeps_its_own(tmp_
     assert old.identity() == Identity("hayakoe-pi", "HayaKoe Pi", None, "hayakoe-pi", legacy=True)
     assert load_config(write(tmp_path, "{}\n")).identity() == old.identity()
     assert load_config(write(tmp_path, "mqtt:\n  client_id: 'Pi #2'\n")).identity().id == "Pi__2"
+
+
+def test_a_section_given_twice_is_refused_with_both_lines(tmp_path):
+    """The README's `wyoming:` block pasted above the installed one: plain YAML would keep the
+    last section and drop the pasted one without a word (Wyoming stayed off)."""
+    text = "wyoming:\n  enabled: true\n  port: 10200\nmqtt:\n  host: localhost\nwyoming:\n  enabled: false\n"
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, text))
+    assert "config.yaml: line 6: 'wyoming' is given a second time (first on line 1)" in str(e.value)
+
+
+def test_a_key_given_twice_in_a_section_is_refused_with_both_lines(tmp_path):
+    with pytest.raises(ConfigError, match=r"line 4: 'host' is given a second time \(first on line 2\)"):
+        load_config(write(tmp_path, "mqtt:\n  host: broker.lan\n  port: 1883\n  host: localhost\n"))
+    with pytest.raises(ConfigError, match=r"line 1: 'volume' is given a second time"):
+        load_config(write(tmp_path, "audio: {volume: 0.5, volume: 0.7}\n"))
+    # the same key in two sections is no repeat, and neither is the installed config
+    config = load_config(write(tmp_path, "voice:\n  name: tiny-voice\ndevice:\n  name: Kitchen\n"))
+    assert (config.voice.name, config.device.name) == ("tiny-voice", "Kitchen")

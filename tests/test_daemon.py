@@ -186,7 +186,9 @@ def _change_settings(app):
     probe.publish("style/set", "Angry")
     wait_for(lambda: probe.last("style") == b"Angry", 10, what="style state")
     state = json.loads((app.work / "state" / "state.json").read_text())
-    assert state == {"volume": 0.35, "voice": "tiny-voice-nodur", "style": "Angry"}
+    assert state == {"changes": {"volume": {"value": 0.35, "config": 1.0},  # each with the config's value then
+                                 "voice": {"value": "tiny-voice-nodur", "config": "tiny-voice"},
+                                 "style": {"value": "Angry", "config": "Neutral"}}}
     assert stat.S_IMODE((app.work / "state" / "state.json").stat().st_mode) == 0o600
     probe.publish("say", {"text": "声が変わりました。", "id": "v-1"})
     probe.next_event(event="finished", id="v-1")

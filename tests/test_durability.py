@@ -100,12 +100,13 @@ def test_kill_9_of_the_broker_as_installed_loses_no_waiting_message(tmp_path):
         broker.stop()
 
 
-def test_a_torn_state_file_is_reported_and_replaced_with_the_defaults(tmp_path):
+def test_a_torn_state_file_is_reported_and_the_configs_values_used(tmp_path):
     state = tmp_path / "state" / "state.json"
     state.parent.mkdir()
     state.write_text('{"volume": 0.3, "voi')  # cut by a power failure
     with appliance(tmp_path) as app:
         assert app.probe.reply("say", "はい。")["event"] == "finished"
-        wait_for(lambda: app.probe.last("volume") == b"100", 10, what="the default volume")
-        assert "state file" in app.daemon.output() and "starting with the defaults" in app.daemon.output()
-    assert json.loads(state.read_text()) == {"volume": 1.0, "voice": "tiny-voice", "style": "Neutral"}
+        wait_for(lambda: app.probe.last("volume") == b"100", 10, what="the config's volume")
+        assert f"{state} cannot be read" in app.daemon.output()
+        assert "the config's values are used" in app.daemon.output()
+    assert json.loads(state.read_text()) == {"changes": {}}

@@ -191,7 +191,7 @@ def test_install_lays_everything_out(installed):
     last = p.stdout.strip().splitlines()[-1]
     # --no-start: nothing runs, so no "Done": how to check it, and what to send once it runs
     assert last.startswith("Installed, not running.") and "hayakoe-pi check --config" in last
-    assert "mosquitto_pub -h localhost -p 1883 -t hayakoe/say" in last and "Done." not in p.stdout
+    assert "mosquitto_pub -h localhost -p 1883 -q 1 -t hayakoe/say" in last and "Done." not in p.stdout
     assert "systemctl skipped" in p.stdout
 
 
@@ -375,6 +375,38 @@ def test_models_from_without_the_voice_fails_before_changing_anything(tmp_path, 
     assert p.returncode != 0
     assert complaint in p.stderr
     assert list(root.iterdir()) == [], "something was installed before the check"
+
+
+def layout_files(voice: str) -> list[str]:
+    from hayakoe_pi.layout import required_files
+
+    return required_files(voice)
+
+
+@pytest.mark.parametrize("lacking", layout_files("tiny-voice"))
+def test_models_from_a_folder_lacking_any_file_of_the_layout_fails_before_changing_anything(tmp_path, lacking):
+    """Before: a folder without bert/tokenizer/ was found out only after apt, pip and the virtualenv."""
+    models = tmp_path / "models"
+    shutil.copytree(FIXTURE_MODELS, models, ignore=shutil.ignore_patterns("tiny-voice-nodur"))
+    (models / lacking).unlink()
+    root = tmp_path / "root"
+    root.mkdir()
+    p = run_install(root, "--models-from", str(models), "--no-start", check=False)
+    assert p.returncode != 0
+    if lacking.endswith("synthesizer.onnx"):  # no voice at all
+        assert "has no voice (onnx/speakers/<voice>/synthesizer.onnx)" in p.stderr, p.stderr
+    elif lacking.endswith("bert_q8.onnx"):
+        assert "has no onnx/bert/q8/bert_q8.onnx" in p.stderr, p.stderr
+    else:
+        assert f"lacks {lacking} (a HayaKoe-layout models folder" in p.stderr, p.stderr
+    assert list(root.iterdir()) == [] and "apt-get" not in p.stdout, "something was done before the check"
+
+
+def test_mosquitto_clients_are_installed_whichever_broker_the_config_names():
+    """Before: with a broker elsewhere (Home Assistant's) configured before the install, mosquitto_pub,
+    which the README's first test of the service needs, was never installed."""
+    packages = re.search(r"^APT_PACKAGES=\((.*)\)$", INSTALL.read_text(), re.M).group(1).split()
+    assert "mosquitto-clients" in packages
 
 
 def test_models_from_a_folder_that_is_no_models_folder(tmp_path):
@@ -573,6 +605,15 @@ def test_uninstall_keeps_data_and_purge_removes_it(tmp_path):
     link.parent.mkdir(parents=True)
     link.symlink_to("/opt/hayakoe-pi/venv/bin/hayakoe-pi")
 
+    # what `sudo hayakoe-pi ...` of older versions left in root's home (onnxruntime's telemetry id),
+    # and an interrupted install's downloads
+    ort = root / "root/.cache/Microsoft/DeveloperTools/.onnxruntime/deviceid"
+    staged = root / "var/tmp/hayakoe-pi-models/onnx/bert/q8/bert_q8.onnx.part"
+    other = root / "root/.cache/other/keep"
+    for f in (ort, staged, other):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("x")
+
     p = run_install(root, "--uninstall")
     assert not unit.exists() and not (root / "opt/hayakoe-pi").exists() and not link.is_symlink()
     assert config.exists() and model.exists() and cache.exists()
@@ -580,5 +621,7 @@ def test_uninstall_keeps_data_and_purge_removes_it(tmp_path):
 
     run_install(root, "--uninstall")  # again: nothing left to do, no error
     run_install(root, "--uninstall", "--purge")
-    for d in ("etc/hayakoe-pi", "var/lib/hayakoe-pi", "var/cache/hayakoe-pi"):
+    for d in ("etc/hayakoe-pi", "var/lib/hayakoe-pi", "var/cache/hayakoe-pi", "var/tmp/hayakoe-pi-models",
+              "root/.cache/Microsoft"):
         assert not (root / d).exists(), d
+    assert other.read_text() == "x"  # what is not ours stays

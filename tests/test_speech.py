@@ -112,8 +112,10 @@ def test_the_selection_is_saved_and_survives_a_restart(store, tmp_path):
     assert code_of(service.set_style, "Neutral")[0] == "unknown-style"
     again = make_service(store, tmp_path)
     assert (again.current_voice(), again.shown("style"), again.current_volume()) == ("two-styles", "Whisper", 0.35)
-    assert json.loads((tmp_path / "state.json").read_text()) == {"volume": 0.35, "voice": "two-styles",
-                                                                 "style": "Whisper"}
+    # each change with the config value it was made against
+    assert json.loads((tmp_path / "state.json").read_text()) == {"changes": {
+        "volume": {"value": 0.35, "config": 1.0}, "voice": {"value": "two-styles", "config": "tiny-voice"},
+        "style": {"value": "Whisper", "config": "Neutral"}}}
 
 
 @pytest.mark.parametrize("state", ['{"voice": "gone-voice", "style": "Happy"}', "{not json", "[1, 2]"])
@@ -242,9 +244,9 @@ def test_changing_the_words_never_holds_up_speech(store, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("saved", ['{"volume": Infinity}', '{"volume": NaN}', '{"volume": 5}', '{"volume": "70"}',
                                    '{"voice": 3, "style": null}', '[1]', '"x"'])
-def test_state_file_values_out_of_range_are_replaced_with_the_defaults(store, tmp_path, saved):
+def test_state_file_values_out_of_range_are_replaced_with_the_configs(store, tmp_path, saved):
     (tmp_path / "state.json").write_text(saved)
     selection = SavedSelection(tmp_path / "state.json", 0.7, "tiny-voice", "Neutral")
     assert (selection.volume, selection.voice, selection.style) == (0.7, "tiny-voice", "Neutral")
     assert selection.shown("volume") == "70"
-    assert json.loads((tmp_path / "state.json").read_text())["volume"] == 0.7  # written back, sane
+    assert json.loads((tmp_path / "state.json").read_text()) == {"changes": {}}  # written back without them
