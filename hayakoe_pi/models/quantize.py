@@ -97,6 +97,7 @@ def _best_times(sessions: list, feeds: dict) -> list[float]:
 def make_int8(parts: SplitModel, tuning: dict, latents: dict, sample_rate: int) -> dict:
     """Make, check and time the 8-bit decoder; its record (written last) says whether it is used."""
     folder, target = parts.folder, parts.folder / INT8_NAME
+    _remove(target)  # what a killed run left: its optimized copy would be taken for this one's
     calibration = [window for feeds in latents["calibration"]
                    for window in _windows(feeds, parts.z_name, CALIBRATION_FRAMES)]
     quantize_decoder(parts.decoders["1d"], target, calibration)
@@ -121,14 +122,18 @@ def make_int8(parts: SplitModel, tuning: dict, latents: dict, sample_rate: int) 
         record["lanes"] = choose_lanes(int8_seconds / frames, two_at_once / (2 * LANE_WINDOW_FRAMES), cpu_threads())
         record["lane_seconds"], record["lane_frames"] = round(two_at_once, 4), LANE_WINDOW_FRAMES
     if not use:  # only the record is kept: a later start knows without making it again
-        for path in (optimized_path(target), target):
-            path.unlink(missing_ok=True)
-            path.with_name(path.name + ".weights").unlink(missing_ok=True)
+        _remove(target)
     path = int8_record_path(folder)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(record))
     durable_replace(tmp, path)
     return record
+
+
+def _remove(graph: Path) -> None:
+    for path in (optimized_path(graph), graph):
+        path.unlink(missing_ok=True)
+        path.with_name(path.name + ".weights").unlink(missing_ok=True)
 
 
 def _windows(feeds: dict, z_name: str, frames: int) -> list[dict]:
