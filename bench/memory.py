@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
                                   f"cache: {{dir: '{cache / 'cache'}'}}\n{engine}")
                 runs = [_run(repo, limit, cache, ["prepare", "--config", str(config), "--voice", a.voice])]
                 for text in (texts["short"], texts["very long"]):
-                    runs.append(_run(repo, limit, cache, ["synth", "--config", str(config),
-                                                          "-o", str(cache / "out.wav"), text]))
+                    runs.append(_run(repo, limit, cache, ["synth", "--config", str(config), "--models", str(a.models),
+                                                          "--voice", a.voice, "-o", str(cache / "out.wav"), text]))
             cells = [f"ok, {r['seconds']:.1f} s" if r["ok"]
                      else f"**failed** (exit {r['exit']}{', OOM-killed' if r['exit'] in (-9, 137) or 'out of memory' in r['error'] else ''})"
                      for r in runs]
