@@ -12,8 +12,10 @@ fitting its final punctuation.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
+import os
 import threading
 import time
 from collections import deque
@@ -43,6 +45,11 @@ MAX_BERT_CHARS = 510
 # The speeds every way in accepts (config, MQTT, the CLI, the API): beyond them
 # the voice is no longer understandable.
 SPEED_RANGE = (0.25, 4.0)
+
+# Tests only (tests/test_gapless.py): CPU-seconds the decoder spends, at least, on each
+# second of audio, as a real voice's does on a slow CPU; the tiny test voice's takes 0.02,
+# faster than real time even on the least CPU quota. The service never sets it: no burn.
+TEST_DECODER_CPU = float(os.environ.get("HAYAKOE_PI_TEST_DECODER_CPU", "0"))
 
 
 @dataclass
@@ -283,7 +290,8 @@ class Engine:
             yield _Window({**latent, voice.decoder_inputs[0]: z[:, :, lo:hi]},
                           Piece(np.zeros(0, dtype=np.float32), index, offset=start * hop,
                                 sentence_samples=z.shape[2] * hop, windows=windows, frames=hi - lo),
-                          keep=slice((start - lo) * hop, (end - lo) * hop))
+                          keep=slice((start - lo) * hop, (end - lo) * hop),
+                          test_cpu_s=TEST_DECODER_CPU * (end - start) * hop / voice.sample_rate)
 
     @staticmethod
     def _decoded(voice: Voice, work: Iterator[Piece | _Window]) -> Iterator[Piece]:
@@ -356,12 +364,32 @@ class _Window:
     feeds: dict
     piece: Piece  # all but the audio and the time it took
     keep: slice  # the samples kept: the margins only served the ones between
+    test_cpu_s: float = 0.0  # tests only: CPU time its decoding takes at least (TEST_DECODER_CPU)
 
     def decode(self, session, on_lane: bool = False) -> Piece:
-        began = time.perf_counter()
+        began, cpu_began = time.perf_counter(), time.thread_time()
         audio = session.run(None, self.feeds)[0].reshape(-1)
+        if self.test_cpu_s:  # never in production; timed with the run, as a heavier decoder would be
+            _burn_cpu(until=cpu_began + self.test_cpu_s)
         return replace(self.piece, audio=audio[self.keep], decode_seconds=time.perf_counter() - began,
                        on_lane=on_lane)
 
     def decode_on_lane(self, session) -> Piece:
         return self.decode(session, on_lane=True)
+
+
+_burn_rate = 1e6  # pbkdf2 rounds a CPU-second on this CPU, learnt as _burn_cpu burns
+
+
+def _burn_cpu(until: float) -> None:
+    """Compute on this thread until its CPU clock (time.thread_time) reads `until`, with the
+    GIL released throughout, as in a decoder's run: pbkdf2_hmac holds it for none of its
+    rounds, and as many are asked for at once as should take the time left."""
+    global _burn_rate
+    while (left := until - time.thread_time()) > 0:
+        rounds = max(1000, int(left * _burn_rate))
+        began = time.thread_time()
+        hashlib.pbkdf2_hmac("sha256", b"", b"", rounds)
+        took = time.thread_time() - began
+        if took > 0:
+            _burn_rate = rounds / took

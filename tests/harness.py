@@ -454,6 +454,8 @@ class CpuLimit:
         self.path = CPU_CGROUP / f"hayakoe-test-{os.getpid()}-{next(_cgroup_names)}"
         self.path.mkdir()
         self._home: dict[int, Path] = {}  # pid → the group it came from
+        self._closing = threading.Event()
+        self._keepers: list[threading.Thread] = []  # let_out's: they move new threads in
         (self.path / "cpu.cfs_period_us").write_text(str(self.PERIOD_US))
         self.set(cpus)
 
@@ -468,12 +470,32 @@ class CpuLimit:
 
     def let_out(self, pid: int, thread: str) -> int:
         """Move process `pid`'s thread called `thread` (its kernel name) back where
-        the process came from, alone: it runs at full speed beside the quota."""
+        the process came from, alone: it runs at full speed beside the quota.
+
+        A thread is born in its creator's group: the threads it starts later
+        (the speaker's synthesis thread, one an utterance) would run outside
+        too. Until close(), every other thread of `pid` found outside is moved
+        in, within POLL_S of its start."""
         for tid in os.listdir(f"/proc/{pid}/task"):
             if Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() == thread:
                 (self._home[pid] / "tasks").write_text(tid)
+                keeper = threading.Thread(target=self._keep_in, args=(pid, int(tid)), daemon=True)
+                keeper.start()
+                self._keepers.append(keeper)
                 return int(tid)
         raise AssertionError(f"process {pid} has no thread called {thread!r}")
+
+    POLL_S = 0.005
+
+    def _keep_in(self, pid: int, outside: int) -> None:
+        while not self._closing.wait(self.POLL_S):
+            try:
+                inside = set(self.threads())
+                for tid in map(int, os.listdir(f"/proc/{pid}/task")):
+                    if tid != outside and tid not in inside:
+                        (self.path / "tasks").write_text(str(tid))
+            except (OSError, ProcessLookupError):  # the thread (or the process) ended meanwhile
+                pass
 
     def threads(self) -> list[int]:
         return [int(t) for t in (self.path / "tasks").read_text().split()]
@@ -494,6 +516,9 @@ class CpuLimit:
 
     def close(self) -> None:
         """Move every process still inside (children too) back, and remove the group."""
+        self._closing.set()
+        for keeper in self._keepers:
+            keeper.join()
         for _ in range(50):
             pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
             for pid in pids:

@@ -1,6 +1,7 @@
 import json
 import shutil
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from conftest import FIXTURE_MODELS, GOLDEN, REF_MODELS, needs_shared
 from harness import prepare_with_two_lanes
 from hayakoe_pi import Engine, ModelError, TextError
+from hayakoe_pi import engine as engine_module
 from hayakoe_pi.models.lanes import LANE_WINDOW_FRAMES
 from hayakoe_pi.models.split import decoder_margin
 from hayakoe_pi.models.store import ModelStore
@@ -192,6 +194,22 @@ def test_first_window_is_short(engine):
     chunks = list(engine.stream(LONG_SENTENCE, **QUIET))
     assert chunks[0].size <= FIRST_WINDOW_FRAMES * engine.voice.hop_length
     assert chunks[0].size < chunks[1].size  # then they grow
+
+
+def test_the_test_only_heavy_decoder_burns_cpu_for_its_audio_and_keeps_the_samples(engine, monkeypatch):
+    """HAYAKOE_PI_TEST_DECODER_CPU (test_gapless's slow CPU): each window takes at least that many
+    CPU-seconds a second of its audio, counted in its decoder time, and decodes the same samples."""
+    text = "玄関の鍵が開いたままです。"
+    plain = list(engine.pieces(text, **QUIET))
+    monkeypatch.setattr(engine_module, "TEST_DECODER_CPU", 0.3)
+    began = time.thread_time()
+    heavy = list(engine.pieces(text, **QUIET))
+    burnt = time.thread_time() - began
+    assert burnt >= 0.3 * sum(p.audio.size for p in heavy) / engine.sample_rate
+    assert [p.audio.size for p in heavy] == [p.audio.size for p in plain]
+    for a, b in zip(plain, heavy):
+        assert np.array_equal(a.audio, b.audio)
+        assert b.decode_seconds >= 0.3 * b.audio.size / engine.sample_rate
 
 
 def test_short_sentence_is_decoded_in_one_pass(engine):

@@ -155,3 +155,35 @@ def test_cpu_limited_holds_all_threads_of_a_process_to_its_share():
         for proc in (free, held):
             proc.kill()
             proc.wait()
+
+
+def test_a_thread_let_out_runs_outside_the_quota_and_the_threads_it_starts_inside():
+    reason = cpu_cgroup_available()
+    if reason:
+        pytest.skip(reason)
+    # a thread named "speaker" (in the kernel) starts a thread for each line it reads, and says its id
+    script = ("import ctypes, sys, threading, time\n"
+              "def started():\n"
+              "    print(threading.get_native_id(), flush=True)\n"
+              "    time.sleep(60)\n"
+              "def speaker():\n"
+              "    ctypes.CDLL(None).prctl(15, b'speaker', 0, 0, 0)\n"
+              "    print(threading.get_native_id(), flush=True)\n"
+              "    for line in sys.stdin:\n"
+              "        threading.Thread(target=started, daemon=True).start()\n"
+              "threading.Thread(target=speaker).start()\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        speaker = int(proc.stdout.readline())
+        with cpu_limited(proc.pid, 0.3) as group:
+            assert group.let_out(proc.pid, "speaker") == speaker
+            assert speaker not in group.threads()
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            born = int(proc.stdout.readline())  # in the speaker's group, outside
+            wait_for(lambda: born in group.threads(), 2, what="the new thread moved inside")
+            assert speaker not in group.threads()
+        assert not group.path.exists()
+    finally:
+        proc.kill()
+        proc.wait()
