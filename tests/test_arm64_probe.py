@@ -16,13 +16,20 @@ spec.loader.exec_module(probe)
 GUESSES = {"version": "0.1.1", "readings": {"doorbell": "ドアベル"}, "listed": {"checked": 24, "differ": {}}}
 
 
-def _result(folder: Path, frontend: str, audio: dict, machine: str, kanalizer: dict = GUESSES) -> Path:
+SPEECH = np.sin(np.linspace(0, 60, 4000)).astype(np.float32)  # the 8-bit decoder's audio on x86
+GATE = {"use": True, "reason": "passed", "snr_db": {"worst": 30.0}, "mel_db": {"worst": 0.2}}
+
+
+def _result(folder: Path, frontend: str, audio: dict, machine: str, kanalizer: dict = GUESSES,
+            int8_audio: np.ndarray = SPEECH, int8_used: bool = True) -> Path:
     folder.mkdir()
     (folder / "frontend.jsonl").write_text(frontend, encoding="utf-8")
     np.savez(folder / "audio.npz", **audio)
+    np.savez(folder / "int8.npz", **{"v/0": int8_audio})
     (folder / "run.json").write_text(json.dumps({
         "machine": machine, "python": "3.11", "onnxruntime": "1", "numpy": "2",
-        "prepared": ["bert"], "decoder_form": {"v": "1d"}, "kanalizer": kanalizer}))
+        "prepared": ["bert"], "decoder_form": {"v": "1d"}, "kanalizer": kanalizer,
+        "int8": GATE if int8_used else {**GATE, "use": False, "reason": "too far"}, "int8_used": int8_used}))
     return folder
 
 
@@ -88,3 +95,24 @@ def test_the_list_made_ahead_is_read_alike_by_this_machines_kanalizer(tmp_path, 
     wrong.write_text("# kanalizer 0.1.1: test\nfront\tフロンテ\n", encoding="utf-8")
     monkeypatch.setattr(english_list, "LIST_PATH", wrong)
     assert probe.listed_alike(kanalizer) == {"checked": 1, "differ": {"front": ["フロンテ", "フロント"]}}
+
+
+@pytest.mark.parametrize("int8_audio, int8_used, complaint", [
+    (SPEECH * 0.5, True, "int8 audio differs from x86's: 6.0 dB SNR"),  # a kernel computing otherwise
+    (SPEECH[:-1], True, "int8 audio v/0: missing or of another length"),
+    (SPEECH, False, "the 8-bit decoder is not used on arm64: too far"),
+])
+def test_the_8_bit_decoder_must_be_used_and_sound_alike_on_arm64(tmp_path, x86, capsys, int8_audio, int8_used,
+                                                                 complaint):
+    arm64 = _result(tmp_path / "arm64", '{"text": "鍵"}\n{"text": "窓"}\n',
+                    {"v/0": np.linspace(-1, 1, 100, dtype=np.float32)}, "aarch64",
+                    int8_audio=int8_audio, int8_used=int8_used)
+    assert probe.compare(x86, arm64) == 1
+    assert complaint in capsys.readouterr().err
+
+
+def test_8_bit_audio_within_its_tolerance_passes(tmp_path, x86):
+    noise = np.random.default_rng(0).standard_normal(SPEECH.size).astype(np.float32) * 0.03  # ~27 dB under
+    arm64 = _result(tmp_path / "arm64", '{"text": "鍵"}\n{"text": "窓"}\n',
+                    {"v/0": np.linspace(-1, 1, 100, dtype=np.float32)}, "aarch64", int8_audio=SPEECH + noise)
+    assert probe.compare(x86, arm64) == 0
