@@ -187,12 +187,9 @@ def compare(x86: Path, arm64: Path) -> int:
     return 1 if failures else 0
 
 
-def _snr_db(reference: np.ndarray, test: np.ndarray) -> float:
-    noise = float(np.sum((reference.astype(np.float64) - test) ** 2))
-    return np.inf if noise == 0 else 10 * np.log10(float(np.sum(reference.astype(np.float64) ** 2)) / noise)
-
-
 def _compare_int8(x86: Path, arm64: Path, runs: list[dict]) -> list[str]:
+    from hayakoe_pi.models.gate import snr_db  # the gate's own measure (arm64-check gives the repo's path)
+
     failures = []
     for d, r in zip(("x86", "arm64"), runs):
         record = r.get("int8") or {}
@@ -206,7 +203,7 @@ def _compare_int8(x86: Path, arm64: Path, runs: list[dict]) -> list[str]:
         if key not in a.files or key not in b.files or a[key].shape != b[key].shape:
             failures.append(f"int8 audio {key}: missing or of another length on one side")
             continue
-        worst = min(worst, _snr_db(a[key], b[key]))
+        worst = min(worst, snr_db(a[key], b[key]))
     print(f"  int8 audio: {len(a.files)} arrays, x86 against arm64 worst {worst:.1f} dB SNR "
           f"(at least {INT8_MIN_SNR_DB:g})")
     if worst < INT8_MIN_SNR_DB:
