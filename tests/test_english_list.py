@@ -71,6 +71,19 @@ def test_the_list_holds_no_word_read_before_kanalizer():
     assert {"front", "porch", "sprinkler", "bottle"} <= listed
 
 
+
+def test_the_names_of_home_assistants_integrations_are_listed():
+    """The brands Home Assistant's notifications name (ecobee, Powerwall), which no dictionary holds, cost a
+    lookup too, not kanalizer's model (tools/data/home_assistant_words.txt)."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from make_english_readings import HOME_ASSISTANT_WORDS, candidates
+
+    listed = {line.split("\t")[0] for line in _lines()[1:]}
+    wanted = candidates(HOME_ASSISTANT_WORDS.read_text(encoding="utf-8").splitlines())
+    assert len(wanted) > 500 and not set(wanted) - listed, sorted(set(wanted) - listed)[:20]
+    assert {"ecobee", "powerwall", "switchbot", "nanoleaf"} <= listed
+    assert "Home Assistant" in _lines()[0]
+
 def test_the_list_says_what_kanalizer_says():
     """A random sample (seed printed on failure) read by the installed kanalizer, which must be the list's version."""
     kanalizer = pytest.importorskip("kanalizer")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Make hayakoe_pi/text/data/english_readings.txt: kanalizer's readings of common English words, made ahead.
 
-    .venv/bin/python tools/make_english_readings.py [--words /usr/share/dict/words]
+    .venv/bin/python tools/make_english_readings.py [--words FILE ...]
 
 kanalizer takes about 4 ms a word (x86_64; more on a Pi), once per word per
 process. english.py looks a word up in this list before asking kanalizer, so
@@ -13,7 +13,10 @@ in its first line. Rerun this after a kanalizer upgrade (about 5 minutes of
 one core for 71 000 words here).
 
 The words: Debian's wamerican (SCOWL size 50: `apt-get install wamerican`),
-whose licence is copied beside the list (english_readings.COPYRIGHT). Kept:
+whose licence is copied beside the list (english_readings.COPYRIGHT), and
+the words of Home Assistant's integration names (tools/data/
+home_assistant_words.txt: the brands its notifications name, ecobee,
+powerwall, which no dictionary holds). Kept:
 words of letters a-z only (no possessives, no accents), lower-cased as
 english.py hands them to kanalizer, of 3-24 letters (what it guesses), and
 neither in the readings table's english_words nor known whole to OpenJTalk's
@@ -43,6 +46,7 @@ from hayakoe_pi.text import english  # noqa: E402
 from hayakoe_pi.text.english_list import COPYRIGHT_PATH, LIST_PATH  # noqa: E402
 
 WORDS = Path("/usr/share/dict/words")
+HOME_ASSISTANT_WORDS = REPO / "tools" / "data" / "home_assistant_words.txt"
 COPYRIGHT = Path("/usr/share/doc/wamerican/copyright")
 
 
@@ -58,18 +62,21 @@ def source_name(words: Path) -> str:
     if words.resolve() == WORDS.resolve():
         version = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "wamerican"],
                                  capture_output=True, text=True).stdout.strip()
-        return f"Debian's wamerican {version or '(version unknown)'}"
+        return f"Debian's wamerican {version or '(version unknown)'} (SCOWL: see english_readings.COPYRIGHT)"
+    if words.resolve() == HOME_ASSISTANT_WORDS.resolve():
+        return "Home Assistant's integration names (tools/data/home_assistant_words.txt)"
     return words.name
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tools/make_english_readings.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--words", type=Path, default=WORDS, help="one word a line (default: wamerican's)")
+    ap.add_argument("--words", type=Path, nargs="+", default=[WORDS, HOME_ASSISTANT_WORDS],
+                    help="files of one word a line (default: wamerican's, Home Assistant's)")
     ap.add_argument("--out", type=Path, default=LIST_PATH)
     args = ap.parse_args(argv)
     import kanalizer
 
-    words = candidates(args.words.read_text(encoding="utf-8").splitlines())
+    words = candidates(line for path in args.words for line in path.read_text(encoding="utf-8").splitlines())
     print(f"{len(words)} words to read with kanalizer {kanalizer.__version__}", flush=True)
     began, lines, missing = time.monotonic(), [], 0
     for n, word in enumerate(words, 1):
@@ -78,15 +85,16 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"{word}\t{reading}\n")
         if n % 5000 == 0:
             print(f"{n} words, {time.monotonic() - began:.0f} s", flush=True)
-    header = (f"# kanalizer {kanalizer.__version__}: its readings of {len(words)} words of {source_name(args.words)}"
-              f" (SCOWL: see english_readings.COPYRIGHT), by tools/make_english_readings.py;"
+    sources = " and ".join(source_name(path) for path in args.words)
+    header = (f"# kanalizer {kanalizer.__version__}: its readings of {len(words)} words of {sources},"
+              f" by tools/make_english_readings.py;"
               f" word<TAB>reading sorted by bytes, empty: no complete reading\n")
     tmp = args.out.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8", newline="\n") as f:
         f.write(header)
         f.writelines(lines)
     os.replace(tmp, args.out)
-    if args.words.resolve() == WORDS.resolve() and COPYRIGHT.exists():
+    if any(path.resolve() == WORDS.resolve() for path in args.words) and COPYRIGHT.exists():
         shutil.copyfile(COPYRIGHT, COPYRIGHT_PATH)
     print(f"{args.out}: {len(words)} words ({missing} without a complete reading), "
           f"{args.out.stat().st_size} bytes, {time.monotonic() - began:.0f} s")

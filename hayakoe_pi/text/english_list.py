@@ -2,7 +2,8 @@
 
 kanalizer takes milliseconds a word; this list holds its readings of some
 71 000 words (tools/make_english_readings.py made it from Debian's
-wamerican), so english.py asks it first. The file is `word<TAB>reading`
+wamerican and the names of Home Assistant's integrations), so english.py
+asks it first. The file is `word<TAB>reading`
 lines sorted by bytes after one comment line naming the kanalizer version
 that read them. A lookup is a binary search over a read-only memory map: it
 touches a few pages of the file, which stay the kernel's page cache (shared,
