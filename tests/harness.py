@@ -548,6 +548,37 @@ def cpu_limited(pid: int | None, cpus: float):
         group.close()
 
 
+
+# The tiny test voice decodes a second of audio in 0.02 CPU-seconds: even at the least
+# quota (0.05 CPU) it is faster than real time, and no sentence ever has to wait. With
+# this its decoder takes 0.4 CPU-seconds a second (engine.TEST_DECODER_CPU), as a real
+# voice's on a slow CPU: on SLOW_CPUS, 1.6x slower than real time or more, on any
+# machine. Slow enough that a long sentence's first window, however long paced_windows
+# makes it, is ready before the rest can keep up, and only can_flow holds the sentence
+# back (at 0.3 the first window took all the waiting: a slow-CPU test passed without can_flow).
+HEAVY_DECODER = {"HAYAKOE_PI_TEST_DECODER_CPU": "0.4"}
+SLOW_CPUS = 0.25
+
+
+@contextmanager
+def slow_cpu(pid: int, cpus: float = SLOW_CPUS):
+    """Daemon `pid` under a CPU quota of `cpus`, all but its player thread.
+
+    A quota stops every thread of the group for whole periods, and each compute
+    thread runnable beside the player makes it wait for more of them: with the
+    player inside, holes of 30-170 ms came in 4 of 8 runs of a slow-CPU test (in
+    those looked into, the audio was ready; 0.1-0.3 s with two lanes), and at
+    0.05 CPU a thread stopped while it holds Python's lock (the GIL) stops the
+    player too. No real CPU stops a thread like that: on one, the player at
+    nice 0 runs before the compute threads at nice 5 within a time slice. The
+    synthesis thread the player starts for each utterance is moved inside
+    (CpuLimit.let_out). Start the daemon with HEAVY_DECODER to be slower than
+    real time."""
+    with cpu_limited(pid, cpus) as group:
+        group.let_out(pid, "speaker")
+        yield group
+
+
 DEVICE = "pi"  # the device.id write_config gives a daemon
 OWN_TOPICS = ("status", "state", "event", "volume", "voice", "style")  # under the device: what it publishes
 

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from harness import appliance, cpu_cgroup_available, cpu_limited, settle, wait_for
+from harness import HEAVY_DECODER, appliance, cpu_cgroup_available, settle, slow_cpu, wait_for
 from hayakoe_pi.announcements import QuietHours, playing_volume
 from hayakoe_pi.chime import default_chime
 
@@ -22,7 +22,6 @@ QUIET = 5        # percent, at night
 SHORT = "はい。"
 TEXT = "冷蔵庫のドアが開いています。閉めてください。"
 LONG = "リビングの窓が開いたままです、雨が降りそうなので閉めてください、洗濯物も取り込んでください。"
-SLOWER = 0.08  # a CPU share at which the tiny voice synthesizes slower than real time
 
 
 def night_tz(hour: int = 23) -> str:
@@ -44,13 +43,15 @@ def app(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def slow_app(tmp_path_factory):
-    """The daemon on one core under a CPU quota of 0.25, as slow as a Pi 4; the default chime."""
+    """The daemon on one core as slow as a Pi (harness.slow_cpu: synthesis slower than real time,
+    the player outside the quota); the default chime."""
     reason = cpu_cgroup_available()
     if reason:
         pytest.skip(reason)
     with appliance(tmp_path_factory.mktemp("announce-slow"), cores={min(os.sched_getaffinity(0))},
-                   cache={"max_mb": 0}, audio={"lead_in_ms": 300, "keep_open_s": 0.5, "chime": "default"}) as app:
-        with cpu_limited(app.daemon.proc.pid, 0.25) as group:
+                   env=HEAVY_DECODER, cache={"max_mb": 0},
+                   audio={"lead_in_ms": 300, "keep_open_s": 0.5, "chime": "default"}) as app:
+        with slow_cpu(app.daemon.proc.pid) as group:
             app.cpu = group
             yield app
 
@@ -222,17 +223,13 @@ def test_the_chime_plays_while_the_pi_thinks_and_speech_follows_whole(slow_app):
 
 
 def test_on_a_cpu_slower_than_real_time_speech_waits_after_the_chime_until_it_can_flow(slow_app):
-    """The tiny voice is faster than real time at 0.25 CPU; at SLOWER it is not (as the
-    full-size voice on a Pi): speech must not start right after the chime and then run dry."""
+    """Synthesis slower than real time (as the full-size voice on a Pi): speech must not start
+    right after the chime and then run dry."""
     app = slow_app
     fresh(app)
-    app.cpu.set(SLOWER)
-    try:
-        t0, _ = say(app, {"text": LONG, "id": "chimed-slow"})
-        finished = app.probe.next_event(event="finished", id="chimed-slow", timeout=180)
-        wait_for(lambda: card_closed(app), 30, what="the card to close")
-    finally:
-        app.cpu.set(0.25)
+    t0, _ = say(app, {"text": LONG, "id": "chimed-slow"})
+    finished = app.probe.next_event(event="finished", id="chimed-slow", timeout=180)
+    wait_for(lambda: card_closed(app), 30, what="the card to close")
     [rec] = app.sink.opens
     start = chime_starts_at(played(app, rec))
     assert start is not None

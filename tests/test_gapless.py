@@ -24,8 +24,8 @@ from wyoming.audio import AudioChunk, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.tts import Synthesize
 
-from harness import (appliance, cpu_cgroup_available, cpu_limited, free_port, prepare_with_two_lanes, settle,
-                     wait_for)
+from harness import (HEAVY_DECODER, appliance, cpu_cgroup_available, free_port, prepare_with_two_lanes, settle,
+                     slow_cpu, wait_for)
 
 RATE = 44100
 # three sentences; the last long enough for several decoder windows
@@ -37,17 +37,8 @@ WARM_UP = "準備ができました。"
 LANES_TEXT = ("お風呂が沸きました。"
               "リビングの窓が開いたままです、雨が降りそうなので閉めてください、洗濯物も取り込んでください。"
               "冷めないうちにどうぞ。タオルは棚にあります。")
-# The tiny test voice decodes a second of audio in 0.02 CPU-seconds: even at the least
-# quota (0.05 CPU) it is faster than real time, and no sentence ever has to wait. Here
-# its decoder takes 0.4 CPU-seconds a second (engine.TEST_DECODER_CPU), as a real
-# voice's on a slow CPU: on SLOW_CPUS, 1.6x slower than real time or more, on any
-# machine. Slow enough that a long sentence's first window, however long paced_windows
-# makes it, is ready before the rest can keep up, and only can_flow holds the sentence
-# back (at 0.3 the first window took all the waiting: slow_app's test passed without can_flow).
-HEAVY_DECODER = {"HAYAKOE_PI_TEST_DECODER_CPU": "0.4"}
-SLOW_CPUS = 0.25
 # A sentence started too early runs dry while its next window decodes: holes of 0.5-1.7 s
-# here without can_flow. With the player outside the quota (_slow_cpu), none at all.
+# here without can_flow. With the player outside the quota (harness.slow_cpu), none at all.
 MAX_HOLE_S = 0.03
 # How much longer than its audio the utterance took from its first sound: the pauses
 # that grew because the sentence after each could not yet flow (7.0-13.3 s in 35 runs)
@@ -78,7 +69,8 @@ def slow_app(tmp_path_factory):
         pytest.skip(reason)
     for app in _appliance(tmp_path_factory.mktemp("gapless-slow"), cores={min(os.sched_getaffinity(0))},
                           env=HEAVY_DECODER):
-        yield from _slow_cpu(app)
+        with slow_cpu(app.daemon.proc.pid):
+            yield app
 
 
 @pytest.fixture(scope="module")
@@ -95,22 +87,8 @@ def slow_lanes_app(tmp_path_factory):
     work = tmp_path_factory.mktemp("gapless-lanes")
     prepare_with_two_lanes(work / "cache" / "models")  # the daemon's cache.models_dir
     for app in _appliance(work, env=HEAVY_DECODER):
-        yield from _slow_cpu(app)
-
-
-def _slow_cpu(app):
-    """`app`'s daemon under the quota, all but its player thread.
-
-    A quota stops every thread of the group for whole periods, and each compute
-    thread runnable beside the player makes it wait for more of them: with the
-    player inside, holes of 30-170 ms came in 4 of 8 runs of slow_app (in those
-    looked into, the audio was ready; 0.1-0.3 s with two lanes). No real CPU
-    stops a thread like that: on one, the player at nice 0 runs before the
-    compute threads at nice 5 within a time slice. The synthesis thread the
-    player starts for each utterance is moved inside (CpuLimit.let_out)."""
-    with cpu_limited(app.daemon.proc.pid, SLOW_CPUS) as group:
-        group.let_out(app.daemon.proc.pid, "speaker")
-        yield app
+        with slow_cpu(app.daemon.proc.pid):
+            yield app
 
 
 def _listening(port: int) -> bool:
