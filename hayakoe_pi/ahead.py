@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from .engine import Piece
+from .decoding import Piece
 from .threads import lower_compute_priority
 from .windows import paced_windows
 
