@@ -100,6 +100,30 @@ def test_each_word_is_guessed_once(monkeypatch, fresh_cache):
     assert sorted(calls) == ["quaxle", "zorbix"]
 
 
+
+def test_a_reading_cut_short_is_asked_again_longer_and_only_then():
+    """kanalizer's default length (the word's + 2) cuts fix (フィックス) short: asked again with a longer
+    one; a word read whole at once is asked once, as before (its reading unchanged)."""
+    asked = []
+
+    class Cutting:
+        class IncompleteConversionError(Exception):
+            pass
+
+        @staticmethod
+        def convert(word, **kwargs):
+            asked.append((word, kwargs.get("max_length", "auto")))
+            if word == "fix" and kwargs.get("max_length", "auto") == "auto":
+                raise Cutting.IncompleteConversionError(word)
+            return {"fix": "フィックス", "patio": "パティオ"}.get(word, "")
+
+    assert english.kanalizer_reading(Cutting, "patio") == "パティオ" and asked == [("patio", "auto")]
+    asked.clear()
+    assert english.kanalizer_reading(Cutting, "fix") == "フィックス"
+    assert asked == [("fix", "auto"), ("fix", english.RETRY_LENGTH * 3 + 2)]
+    kanalizer = pytest.importorskip("kanalizer")
+    assert english.kanalizer_reading(kanalizer, "duty") == "デューティー"
+
 def test_a_failing_kanalizer_falls_back_with_one_warning(monkeypatch, fresh_cache, caplog):
     class Broken:
         class IncompleteConversionError(Exception):

@@ -150,14 +150,23 @@ def test_a_listed_word_is_read_from_the_list_without_asking_kanalizer(monkeypatc
     assert fake.asked == ["zorbix"]
 
 
-def test_a_listed_word_without_a_complete_reading_is_read_as_without_kanalizer(monkeypatch, fresh_cache):
-    assert READINGS.find("foxtrot") == ""  # kanalizer 0.1.1 gives no complete reading
+def test_a_listed_word_without_a_complete_reading_is_read_as_without_kanalizer(monkeypatch, fresh_cache, tmp_path):
+    path = tmp_path / "list.txt"
+    path.write_text(f"# kanalizer {READINGS.version}: test\nzorbix\t\n", encoding="utf-8")  # no complete reading
+    monkeypatch.setattr(english, "READINGS", ReadingList(path))
     monkeypatch.setattr(english, "_kanalizer", False)
-    before = normalize_text("Foxtrotの合図")
+    before = normalize_text("Zorbixの合図")
     english.latin_word.cache_clear()
     fake = Recording(READINGS.version)
     monkeypatch.setattr(english, "_kanalizer", fake)
-    assert normalize_text("Foxtrotの合図") == before and fake.asked == []
+    assert normalize_text("Zorbixの合図") == before and fake.asked == []
+
+
+def test_every_listed_word_has_a_reading():
+    """Words kanalizer's default length cuts short (an x: fix, fox; a y: duty, ivy) are asked again with a
+    longer one (english.kanalizer_reading), so none of the list is spelled for want of a reading."""
+    assert [line for line in _lines()[1:] if line.endswith("\t")] == []
+    assert READINGS.find("fix") == "フィックス" and READINGS.find("duty") == "デューティー"
 
 
 def test_another_kanalizer_version_ignores_the_list_with_one_warning(monkeypatch, fresh_cache, caplog):

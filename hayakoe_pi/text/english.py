@@ -125,6 +125,9 @@ def warm_up() -> None:
             _unavailable(e)
 
 
+RETRY_LENGTH = 3  # katakana per letter allowed when kanalizer's default length was too short
+
+
 def kanalizer_reading(kanalizer, word: str) -> str | None:
     """kanalizer's katakana for a lower-case word, None when it has no complete one.
 
@@ -132,6 +135,10 @@ def kanalizer_reading(kanalizer, word: str) -> str | None:
     """
     try:
         return kanalizer.convert(word, on_incomplete="error") or None
+    except kanalizer.IncompleteConversionError:
+        pass
+    try:  # its default length (the word's + 2) cuts an x (fix: フィックス) or a y (duty): only then a longer one
+        return kanalizer.convert(word, on_incomplete="error", max_length=RETRY_LENGTH * len(word) + 2) or None
     except kanalizer.IncompleteConversionError:
         log.debug("kanalizer has no reading for %r", word)
         return None
