@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from .decoding import Piece
-from .threads import lower_compute_priority
+from .threads import lower_compute_priority, name_os_thread
 from .windows import paced_windows
 
 AHEAD_SECONDS = 30.0  # synthesis may run this far ahead of playback (memory stays flat)
@@ -98,6 +98,7 @@ class SynthesisAhead:
     # --- the synthesis thread ---------------------------------------------------------
 
     def _produce(self) -> None:
+        name_os_thread("synthesis")
         lower_compute_priority()  # the player must never wait behind synthesis
         steps = iter(self._source)
         try:

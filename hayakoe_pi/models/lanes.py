@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import onnxruntime as ort
 
-from ..threads import lower_compute_priority
+from ..threads import lower_compute_priority, name_os_thread
 from .cpu import cpu_threads
 
 # Latent frames of a decoder window on a lane (the engine's full window is 256):
@@ -44,6 +44,7 @@ class DecoderLanes:
         self.count = len(sessions)
 
     def _start_lane(self) -> None:
+        name_os_thread("decoder lane")
         lower_compute_priority()  # like every synthesis thread: the player goes first
         self._local.session = self._sessions.get()
 
