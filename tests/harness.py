@@ -548,7 +548,6 @@ def cpu_limited(pid: int | None, cpus: float):
         group.close()
 
 
-
 # The tiny test voice decodes a second of audio in 0.02 CPU-seconds: even at the least
 # quota (0.05 CPU) it is faster than real time, and no sentence ever has to wait. With
 # this its decoder takes 0.4 CPU-seconds a second (engine.TEST_DECODER_CPU), as a real
