@@ -135,6 +135,7 @@ def test_a_complete_synthesis_is_cached_and_served_from_the_cache(service):
     first.close(True)
     audio = first.ahead.audio()
     second = service.utterance("はい。", choice)
+    second.ahead.join(5)  # a cached utterance too is handed out by a thread of its own
     assert second.cached and np.array_equal(second.ahead.audio(), audio)
     # another speed is another phrase; a cut one is not stored
     cut = service.utterance("はい。", choice, speed=2.0)

@@ -321,6 +321,7 @@ def test_the_server_in_process_answers_with_the_speech_services_audio(tmp_path):
     # what was sent is what the service stored for this text, voice and style
     stored = speech.utterance("はい。", speech.choose("tiny-voice", "Happy"))
     assert stored.cached
+    stored.ahead.join(5)  # handed out by a thread of its own
     assert np.array_equal(audio.pcm, to_pcm16(stored.ahead.audio()))
 
 
