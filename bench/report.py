@@ -3,6 +3,8 @@ variant's advantage over HayaKoe) and the chart."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 # hayakoe-pi as the daemon runs it on this CPU, and as a Pi would (--arm-path: the 1-D decoder
 # form only, as on ARM, where ONNX Runtime has no blocked kernels), each with the FP32 and the
 # 8-bit decoder (engine.decoder int8)

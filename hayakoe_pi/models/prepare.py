@@ -4,9 +4,10 @@ Per model file, once: its graph apart from its weights with its constants
 folded (weights.py), for a voice the split into the decoder and the rest
 with the decoder's 2-D forms (split.py), ONNX Runtime's optimized copy of
 each graph, and for a voice the decoder form that is fastest on this CPU
-(tune.py); where engine.decoder asks for it, the 8-bit decoder (quantize.py) from
-latents of the voice's own front (calibrate.py, a child too). Loading a model whole to do this held it several times over (the
-full-size voice peaked at 1.3 GB, more than a 1 GB Pi has free); here no
+(tune.py); where engine.decoder asks for it, the 8-bit decoder (quantize.py)
+from latents of the voice's own front (calibrate.py, a child too). Loading a
+model whole to do this held it several times over (the full-size voice
+peaked at 1.3 GB, more than a 1 GB Pi has free); here no
 step holds its weights in memory, and each model's step runs in a child of
 its own, whose memory goes back when it exits. The daemon then loads only
 finished files, memory-mapped.
@@ -16,7 +17,8 @@ finished files, memory-mapped.
     python -m hayakoe_pi.models.make --models DIR --derived DIR (--bert | --voice NAME)
 
 (make.py); for an 8-bit decoder `--voice NAME --keep-weights`, then
-`python -m hayakoe_pi.calibrate`, then `make --int8 NAME`. A new CPU or ONNX Runtime makes new optimized copies and timings (cpu.cpu_key).
+`python -m hayakoe_pi.calibrate`, then `make --int8 NAME`. A new CPU or ONNX
+Runtime makes new optimized copies and timings (cpu.cpu_key).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from ..durable import durable_replace
 from .cpu import cpu_key, cpu_threads
 from .gate import compare, decide
 from .lanes import LANE_WINDOW_FRAMES
-from .sessions import open_session, optimize, optimized_path
+from .sessions import open_session, optimized_path
 from .split import SplitModel
 from .tune import TUNE_FRAMES, TUNE_REPEATS, WARM_UP_ROUNDS, choose_lanes, time_two_at_once
 
@@ -78,9 +78,7 @@ def quantize_decoder(source: Path, target: Path, calibration: list[dict[str, np.
     quantize_static(str(source), str(tmp), Latents(), quant_format=QuantFormat.QDQ,
                     op_types_to_quantize=["Conv"], per_channel=True, weight_type=QuantType.QInt8,
                     activation_type=QuantType.QUInt8, calibrate_method=CalibrationMethod.MinMax)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    durable_replace(tmp, target)
+    durable_replace(tmp, target)  # on disk before it takes the name
 
 
 def _best_times(sessions: list, feeds: dict) -> list[float]:
