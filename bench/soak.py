@@ -4,8 +4,11 @@
 
 Starts a private mosquitto on a loopback port and the daemon (ALSA into a
 file sink drained at real-time speed, as in the tests), then until the time
-is up: publishes a mix of valid and invalid `say` messages with ids, restarts
-the broker every `--restart-every` seconds, and samples the daemon's RSS.
+is up: publishes a mix of valid and invalid `say` messages with ids, and junk on
+the command topics (a 60 KB dictionary word, settings out of range, bad JSON),
+restarts the broker every `--restart-every` seconds, and samples the daemon's
+RSS. A retained `stop` and a retained volume lie on the broker from the start:
+the daemon is handed them again at every reconnect and must ignore them.
 At the end it prints what happened to every message and the RSS curve, and
 fails (exit 1) if a message got no answer, a valid one was spoken other than
 once, or the daemon died.
@@ -24,12 +27,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from harness import AlsaSink, DaemonProcess, Mosquitto, SessionProbe, write_config  # noqa: E402
+from harness import DEVICE, AlsaSink, DaemonProcess, Mosquitto, SessionProbe, write_config  # noqa: E402
 
 VALID = ["お風呂が沸きました。", "洗濯機の運転が終わりました。", "リビングは{n}.5℃、湿度{m}%です。",
          "玄関の鍵が開いています。", "{n}時{m}分になりました。", "CO2濃度は{n}00ppmです。"]
 INVALID = [b"\xff\xfe", b"", b"{\"text\": 5}", b"{\"text\": \"x\", \"voice\": \"../etc\"}", "😊".encode(),
            b"{\"text\": \"x\", \"speed\": 99}", b"{broken"]
+# (subtopic, payload) on the command topics; the dictionary words are refused, never added
+JUNK_COMMANDS = [("dictionary/add", json.dumps({"surface": "バックスラッシュ", "reading": "\\" * 30000})),
+                 ("dictionary/add", b"{broken"), ("dictionary/remove", b"\xff\xfe"),
+                 ("{device}/volume/set", b"Infinity"), ("{device}/style/set", "x" * 10000),
+                 ("{device}/chime/set", b"../../etc/passwd.wav")]
 
 
 def main() -> int:
@@ -50,9 +58,13 @@ def main() -> int:
     config = write_config(work / "config.yaml", broker.port, prefix, work, models={"dir": args.models},
                           voice={"name": args.voice}, queue={"max_length": 50}, log={"level": "INFO"})
     probe = SessionProbe(broker.port, prefix, client_id=f"soak-probe-{broker.port}")
+    # retained commands: handed to the daemon at each (re)subscription, which must not obey them
+    probe.client.publish(f"{prefix}/{DEVICE}/stop", b"STOP", qos=1, retain=True).wait_for_publish(5)
+    probe.client.publish(f"{prefix}/{DEVICE}/volume/set", b"5", qos=1, retain=True).wait_for_publish(5)
     daemon = DaemonProcess(config, sink.home, work / "daemon.log")
     rng = random.Random(0)
     sent_valid, sent_invalid, rss = [], [], []
+    junk_commands = restarts = 0
     try:
         deadline = time.monotonic() + 90
         while probe.last("status") != b"online":
@@ -71,13 +83,18 @@ def main() -> int:
                 rid = f"v{i}"
                 probe.client.publish(f"{prefix}/say", json.dumps({"text": text, "id": rid}), qos=1)
                 sent_valid.append(rid)
-            else:
+            elif rng.random() < 0.5:
                 probe.client.publish(f"{prefix}/say", rng.choice(INVALID), qos=1)
                 sent_invalid.append(i)
+            else:
+                subtopic, payload = rng.choice(JUNK_COMMANDS)
+                probe.client.publish(f"{prefix}/{subtopic.format(device=DEVICE)}", payload, qos=1)
+                junk_commands += 1
             if time.monotonic() > next_restart:
                 broker.stop()
                 time.sleep(rng.uniform(0.5, 3))
                 broker.start()
+                restarts += 1
                 next_restart += args.restart_every
             rss.append((time.monotonic() - start, daemon.rss_mb()))
             time.sleep(args.interval)
@@ -103,13 +120,19 @@ def main() -> int:
     twice = [r for r, n in finished.items() if n > 1]
     print(f"# soak: {args.minutes:g} min, voice {args.voice}, broker restarted every {args.restart_every:g} s")
     print(f"valid sent {len(sent_valid)}, finished {len(finished)}, spoken twice {len(twice)}, "
-          f"unanswered {len(unanswered)}; invalid sent {len(sent_invalid)}, error events {len(errors)}")
+          f"unanswered {len(unanswered)}; invalid sent {len(sent_invalid)}, junk commands {junk_commands}, "
+          f"error events {len(errors)}")
+    flaps = sum(1 for topic, payload, _ in probe.messages if topic == probe.topic("status") and payload == b"offline")
+    retained_volume_obeyed = probe.last("volume") == b"5"
+    print(f"status offline {flaps} times (the broker restarted {restarts} times); "
+          f"the retained volume 5 % obeyed: {retained_volume_obeyed}")
     if rss:
         first = min(r for t, r in rss if t >= min(60, rss[-1][0] / 2))
         print(f"RSS MB: start {rss[0][1]:.0f}, after warm-up {first:.0f}, end {rss[-1][1]:.0f}, "
               f"max {max(r for _, r in rss):.0f}")
     print(f"daemon alive at the end: {alive}; log: {work / 'daemon.log'}")
-    return 0 if alive and not unanswered and not twice else 1
+    ok = alive and not unanswered and not twice and flaps <= restarts and not retained_volume_obeyed
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
