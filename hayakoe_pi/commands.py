@@ -1,37 +1,81 @@
-"""Settings and dictionary commands, on a control thread of their own: loading a voice or
-compiling the words takes a second or more, and never holds up MQTT's network threads."""
+"""Settings and dictionary commands, on threads of their own: loading a voice or compiling the
+words takes a second or more, and never holds up MQTT's network threads.
+
+Two lanes: `control` for the settings, `dictionary` for the words (and SIGHUP's reload), so a
+setting never waits behind a compile. The changes to the words that wait while one compile runs
+are applied together, with one compile and one save; each is still answered on its own, in order.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
-from concurrent.futures import ThreadPoolExecutor
 
-from .mqtt_api import parse_volume, parse_word
+from .command_lane import CommandLane
+from .mqtt_api import error_event, parse_volume, parse_word
 from .reports import Reports
 from .speech import SpeechService
+from .topics import SELECTION
 
 log = logging.getLogger("hayakoe_pi")
+
+MAX_WAITING = 100  # commands waiting in each lane; one more is answered `busy`
+RELOAD = object()  # SIGHUP's reload, in the dictionary lane's queue
 
 
 class Commands:
     def __init__(self, speech: SpeechService, reports: Reports):
         self.speech, self.reports = speech, reports
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="control")
+        self._settings = CommandLane("control", self._run_settings, MAX_WAITING)
+        self._words = CommandLane("dictionary", self._run_words, MAX_WAITING, batch=MAX_WAITING)
 
-    def submit(self, task, *args) -> None:
-        """Run `task` on the control thread; a bug in it is logged and answered, and the thread lives on."""
-        def guarded():
-            try:
-                task(*args)
-            except Exception as e:
-                log.exception("error in %s", task.__name__)
-                self.reports.error(f"internal error: {type(e).__name__}: {e}", code="internal")
+    # --- from the network threads and the signal handler: never wait ---------------------------
 
-        self._thread.submit(guarded)
+    def queue_setting(self, name: str, payload: bytes) -> None:
+        """hayakoe/<id>/<name>/set: volume, voice, style, chime, quiet_hours."""
+        self._queue(self._settings, (name, payload), f"{name} not changed", payload)
+
+    def queue_dictionary_change(self, adding: bool, payload: bytes) -> None:
+        """hayakoe/dictionary/add and /remove."""
+        self._queue(self._words, (adding, payload), "dictionary not changed", payload)
+
+    def queue_reload(self) -> None:
+        """SIGHUP, after a hand edit of the file: after the changes already waiting."""
+        self._queue(self._words, RELOAD, "dictionary not reloaded", None)
+
+    def _queue(self, lane: CommandLane, item, what: str, payload: bytes | None) -> None:
+        if not lane.offer(item):  # the lane logs it, once per time it fills
+            text = payload.decode("utf-8", errors="replace") if payload is not None else None
+            self.reports.event(error_event(f"{what}: busy, {lane.limit} waiting; try again later",
+                                           text=text, code="busy"))
 
     def stop(self) -> None:
-        self._thread.shutdown(wait=False, cancel_futures=True)
+        self._settings.close()
+        self._words.close()
+
+    # --- on the lanes --------------------------------------------------------------------------
+
+    def _guarded(self, task, *args, answers: int = 1) -> None:
+        """Run `task`; a bug in it is logged and each of the `answers` messages it had is answered."""
+        try:
+            task(*args)
+        except Exception as e:
+            log.exception("error in %s", task.__name__)
+            for _ in range(answers):
+                self.reports.event(error_event(f"internal error: {type(e).__name__}: {e}", code="internal"))
+
+    def _run_settings(self, items: list) -> None:
+        for name, payload in items:
+            self._guarded(self.change_selection if name in SELECTION else self.change_announcement, name, payload)
+
+    def _run_words(self, items: list) -> None:
+        for reload, group in itertools.groupby(items, key=lambda item: item is RELOAD):
+            if reload:
+                self._guarded(self.reload_dictionary)  # once for reloads back to back
+            else:
+                changes = list(group)
+                self._guarded(self.change_dictionary, changes, answers=len(changes))
 
     def change_selection(self, name: str, payload: bytes) -> None:
         """hayakoe/<id>/volume/set, /voice/set, /style/set."""
@@ -60,18 +104,24 @@ class Commands:
             log.info("%s set to %s", name, settings.shown(name))
         self.reports.selection()
 
-    def change_dictionary(self, adding: bool, payload: bytes) -> None:
-        """hayakoe/dictionary/add and /remove."""
-        try:
-            data = parse_word(payload, adding)
-            entry = self.speech.add_word(data) if adding else self.speech.remove_word(data.get("surface"))
-        except (ValueError, RuntimeError, OSError) as e:
-            self.reports.error(f"dictionary not changed: {e}", code="bad_word")
-            return
-        log.info("dictionary: %s %r (%s, accent %d)", "added" if adding else "removed", entry.surface,
-                 entry.reading, entry.accent)
-        self.reports.event({"event": "dictionary", "action": "added" if adding else "removed",
-                            **dataclasses.asdict(entry)})
+    def change_dictionary(self, changes: list[tuple[bool, bytes]]) -> None:
+        """dictionary/add and /remove payloads, `(adding, payload)` each: one compile for them all."""
+        taken = []
+        for adding, payload in changes:
+            try:
+                data = parse_word(payload, adding)
+                taken.append((adding, data if adding else data.get("surface")))
+            except ValueError as e:
+                taken.append(e)
+        results = iter(self.speech.change_words([t for t in taken if not isinstance(t, Exception)]))
+        for (adding, _), parsed in zip(changes, taken):
+            entry = parsed if isinstance(parsed, Exception) else next(results)
+            if isinstance(entry, Exception):
+                self.reports.error(f"dictionary not changed: {entry}", code="bad_word")
+                continue
+            action = "added" if adding else "removed"
+            log.info("dictionary: %s %r (%s, accent %d)", action, entry.surface, entry.reading, entry.accent)
+            self.reports.event({"event": "dictionary", "action": action, **dataclasses.asdict(entry)})
 
     def reload_dictionary(self, announce: bool = True) -> None:
         """At start, and on SIGHUP after a hand edit of the file."""

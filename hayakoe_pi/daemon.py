@@ -132,7 +132,7 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         # after a hand edit of the dictionary file (systemctl reload)
-        signal.signal(signal.SIGHUP, lambda *_: self.commands.submit(self.commands.reload_dictionary))
+        signal.signal(signal.SIGHUP, lambda *_: self.commands.queue_reload())
         self.start()
         sdnotify.notify("READY=1", f"STATUS=voice {self.speech.current_voice()}, waiting for {self.topics.say}")
         interval = sdnotify.watchdog_interval()
@@ -158,15 +158,14 @@ class Daemon:
         if topic in (t.stop, t.room_stop):
             self.stop_all()
         elif topic in (t.dictionary_add, t.dictionary_remove):
-            self.commands.submit(self.commands.change_dictionary, topic == t.dictionary_add, payload)
+            self.commands.queue_dictionary_change(topic == t.dictionary_add, payload)
         elif topic == t.ha_status:
             if payload.strip() == b"online":  # Home Assistant restarted: announce again
                 self.reports.discovery()
         else:
             for name in SELECTION + ANNOUNCEMENT:
                 if topic == t.setting_set(name):
-                    change = self.commands.change_selection if name in SELECTION else self.commands.change_announcement
-                    self.commands.submit(change, name, payload)
+                    self.commands.queue_setting(name, payload)
 
     def on_request(self, topic: str, payload: bytes, ack=None) -> None:
         """A say or prepare message; `ack()` once it has its last event (the broker keeps it until then)."""

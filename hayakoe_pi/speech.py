@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import threading
+import time
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -312,6 +313,17 @@ class SpeechService:
     def remove_word(self, surface) -> Entry:
         with self.dictionary_lock:
             return self.dictionary.remove(surface, use=self._use_words)
+
+    def change_words(self, changes: list[tuple[bool, object]]) -> list:
+        """Several adds and removes with one compile (UserDictionary.apply): each one's Entry or error."""
+        with self.dictionary_lock:
+            started = time.monotonic()
+            results = self.dictionary.apply(changes, use=self._use_words)
+            taken = sum(isinstance(r, Entry) for r in results)
+            if taken:
+                log.info("dictionary: %d change%s compiled in %d ms", taken, "s" * (taken != 1),
+                         (time.monotonic() - started) * 1000)
+        return results
 
     def _use_words(self, entries: list[Entry]):
         """Compile `entries` (a second or more: speech goes on); returns the swap."""

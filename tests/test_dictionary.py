@@ -13,7 +13,7 @@ from hayakoe_pi.cache import PhraseCache
 from hayakoe_pi.models.store import ModelStore
 from hayakoe_pi.speech import SavedSelection, SpeechService
 from hayakoe_pi.text import FrontEnd
-from hayakoe_pi.text.dictionary import UserDictionary, activate, check_entry, moras
+from hayakoe_pi.text.dictionary import Entry, UserDictionary, activate, check_entry, moras, prepare
 from hayakoe_pi.text.g2p import g2p
 from hayakoe_pi.text.normalize import normalize_text
 
@@ -123,6 +123,66 @@ def test_the_file_skips_bad_entries_and_survives_a_corrupt_one(tmp_path):
     assert again.load() == [] and list(again.entries) == ["晴翔"]
     again.remove("晴翔")
     assert UserDictionary(path).load() == [] and path.read_text().strip() == "[]"
+
+
+# A burst as it may come from Home Assistant: each change is judged against the words the ones
+# before it left (max_entries 3 here), as if it came alone.
+BURST = [
+    (True, HARUTO),
+    (True, {"surface": "陽葵", "reading": "ヒマリ", "accent": 1}),
+    (True, {"surface": "陽向", "reading": "ひなた", "accent": 0}),  # refused alone: not katakana
+    (False, "陽葵"),  # added, then removed
+    (True, dict(HARUTO, accent=0)),  # the same surface again: replaces the first
+    (False, "蒼空"),  # not there (yet)
+    (True, {"surface": "蒼空", "reading": "ソラ", "accent": 1}),
+    (True, {"surface": "湊斗", "reading": "ミナト", "accent": 0}),
+    (True, {"surface": "律希", "reading": "リツキ", "accent": 1}),  # a fourth: full
+    (False, "蒼空"),
+]
+
+
+def outcome(result):
+    return result if isinstance(result, Entry) else f"{type(result).__name__}: {result}"
+
+
+def test_a_burst_of_changes_is_compiled_once_and_ends_as_one_by_one(tmp_path):
+    compiled = []
+
+    def use(entries):  # compiles for real, as the daemon does; the swap is left out (this process)
+        compiled.append(len(entries))
+        prepare(entries, tmp_path / "build")
+
+    alone = UserDictionary(tmp_path / "alone.yaml", max_entries=3)
+    expected = []
+    for adding, data in BURST:
+        try:
+            expected.append(alone.add(data, use=use) if adding else alone.remove(data, use=use))
+        except ValueError as e:
+            expected.append(e)
+    compiled.clear()
+    together = UserDictionary(tmp_path / "together.yaml", max_entries=3)
+    got = together.apply(BURST, use=use)
+    assert [outcome(r) for r in got] == [outcome(r) for r in expected]
+    assert sum(isinstance(r, Entry) for r in got) == 7 and "full" in str(got[8]) and "katakana" in str(got[2])
+    assert compiled == [2]  # once, for the set the burst ends with
+    assert together.entries == alone.entries
+    assert (tmp_path / "together.yaml").read_text() == (tmp_path / "alone.yaml").read_text()
+
+
+def test_a_burst_that_cannot_be_compiled_changes_nothing_and_each_change_says_so(tmp_path):
+    path = tmp_path / "dictionary.yaml"
+    words = UserDictionary(path)
+    words.add(HARUTO)
+    before = path.read_text()
+
+    def cannot_compile(entries):
+        raise RuntimeError("compiling the user dictionary failed")
+
+    got = words.apply(BURST[:4], use=cannot_compile)
+    assert [type(r) for r in got] == [RuntimeError, RuntimeError, ValueError, RuntimeError]
+    assert list(words.entries) == ["晴翔"] and path.read_text() == before
+    assert words.apply([(True, {"surface": "陽向", "reading": "ひなた", "accent": 0})], use=cannot_compile)[0] \
+        .args[0].startswith("reading")  # nothing accepted: nothing compiled, the refusal is its own
 
 
 # --- in the front end ------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -192,13 +193,21 @@ def activate(entries: list[Entry], build_dir: Path) -> None:
     use(prepare(entries, build_dir))
 
 
+# tests only: the CPU-seconds a compile takes at least, as on a slow Pi (spent in the compiler's
+# own process, as the compile's are: the daemon's threads go on meanwhile)
+TEST_COMPILE_CPU = float(os.environ.get("HAYAKOE_PI_TEST_COMPILE_CPU", "0"))
+_COMPILER = ("import sys, time, pyopenjtalk\n"
+             "while time.process_time() < float(sys.argv[3]): pass\n"
+             "pyopenjtalk.mecab_dict_index(sys.argv[1], sys.argv[2])")
+
+
 def _compile(entries: list[Entry], build_dir: Path, dic: Path) -> None:
     build_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     csv = dic.with_suffix(".csv")
     csv.write_text("".join(e.csv_line() + "\n" for e in entries), "utf-8")
     tmp = dic.with_suffix(".dic.tmp")
-    r = subprocess.run([sys.executable, "-c", "import sys, pyopenjtalk; pyopenjtalk.mecab_dict_index(*sys.argv[1:])",
-                        str(csv), str(tmp)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", _COMPILER, str(csv), str(tmp), str(TEST_COMPILE_CPU)],
+                       capture_output=True, text=True, timeout=120)
     csv.unlink(missing_ok=True)
     if r.returncode != 0 or not tmp.is_file():
         tmp.unlink(missing_ok=True)
@@ -252,22 +261,55 @@ class UserDictionary:
     def add(self, data, use=None) -> Entry:
         """Add (or replace) an entry. `use(entries)`, when given, prepares the new set (and may
         return the call that swaps it in, made once the file is saved): if it fails, nothing changes."""
+        return self._one(True, data, use)
+
+    def remove(self, surface, use=None) -> Entry:
+        return self._one(False, surface, use)
+
+    def _one(self, adding: bool, data, use) -> Entry:
+        result = self.apply([(adding, data)], use)[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def apply(self, changes, use=None) -> list:
+        """Several changes, `(adding, entry or surface)` each, prepared, saved and swapped in once.
+
+        Each is judged against the entries as the changes before it left them, so the end is
+        that of applying them one by one; a refused one (its ValueError in its place) leaves
+        the others be. Returns, in order, each change's Entry or its error: when the new set
+        cannot be used (RuntimeError, OSError), every change taken gets that error and nothing changes.
+        """
+        entries = dict(self.entries)
+        results: list = []
+        for adding, data in changes:
+            try:
+                results.append(self._added(entries, data) if adding else self._removed(entries, data))
+            except ValueError as e:
+                results.append(e)
+        if any(isinstance(r, Entry) for r in results):
+            try:
+                self._change(entries, use)
+            except (RuntimeError, OSError) as e:
+                return [e if isinstance(r, Entry) else r for r in results]
+        return results
+
+    def _added(self, entries: dict[str, Entry], data) -> Entry:
         entry = check_entry(data)
         check_guard(entry, len(entry.surface) > 1 and entry.priority > FUNCTION_WORD_PRIORITY
                     and self.is_function_word(entry.surface))
-        if entry.surface not in self.entries and len(self.entries) >= self.max_entries:
+        if entry.surface not in entries and len(entries) >= self.max_entries:
             raise ValueError(f"the dictionary is full ({self.max_entries} entries, dictionary.max_entries): "
                              "remove a word first")
-        self._change({**self.entries, entry.surface: entry}, use)
+        entries[entry.surface] = entry
         return entry
 
-    def remove(self, surface, use=None) -> Entry:
+    @staticmethod
+    def _removed(entries: dict[str, Entry], surface) -> Entry:
         key = unicodedata.normalize("NFKC", surface.strip()) if isinstance(surface, str) else None
-        if key not in self.entries:
+        if key not in entries:
             raise ValueError(f"{surface!r} is not in the dictionary")
-        entry = self.entries[key]
-        self._change({k: v for k, v in self.entries.items() if k != key}, use)
-        return entry
+        return entries.pop(key)
 
     def _change(self, entries: dict[str, Entry], use) -> None:
         swap = use(list(entries.values())) if use is not None else None
