@@ -356,6 +356,71 @@ def test_english_words_in_product_names_are_read_as_words(raw, want):
     assert normalize_text(raw) == want
 
 
+LAYOUT = [
+    # a colon, a slash or a bar between labelled values, and a bullet, are pauses (、 → ,)
+    ("電源: オフ", "電源,オフ"),
+    ("電源：オフ", "電源,オフ"),
+    ("CPU温度 55℃ / ファン 1200rpm", "シーピーユー温度五十五度,ファン千二百アールピーエム"),
+    ("温度 | 湿度", "温度,湿度"),
+    ("晴れ/曇り", "晴れ,曇り"),
+    ("・洗濯機: 終了", "洗濯機,終了"),
+    ("・洗濯機: 終了\n・乾燥機: 運転中", "洗濯機,終了.乾燥機,運転中"),
+    ("- 玄関: 施錠\n* 窓: 開", "玄関,施錠.窓,開"),
+    ("時刻: 12:30", "時刻,十二時三十分"),
+    # not a pause inside a time, a ratio, a date, a fraction, a unit or a URL
+    ("12:30に", "十二時三十分に"),
+    ("比率は16:9です", "比率は十六対九です"),
+    ("2024/12/05", "二千二十四年十二月五日"),
+    ("タンクの水は3/4です", "タンクの水は四ぶんの三です"),
+    ("風速は12m/sです", "風速は秒速十二メートルです"),
+    ("営業は24/7です", "営業はトゥエンティーフォーセブンです"),
+]
+
+
+@pytest.mark.parametrize("raw,want", LAYOUT, ids=[c[0] for c in LAYOUT])
+def test_layout_marks_are_pauses(raw, want):
+    from hayakoe_pi.text.normalize import normalize_text
+
+    assert normalize_text(raw) == want
+
+
+def test_no_pause_inside_a_url():
+    from hayakoe_pi.text.layout import layout_pauses
+
+    url = "https://example.com/a/b?c=1|2"
+    assert layout_pauses(f"詳細: {url}") == f"詳細、{url}"
+
+
+JAPANESE_NAMES = [
+    # romaji read by its English spelling loses long vowels and hidden sounds
+    ("Mazda", "マツダ"), ("Seiko", "セイコー"), ("Kyocera", "キョーセラ"), ("Fujitsu", "フジツー"),
+    ("Sanyo", "サンヨー"), ("Shiseido", "シセイドー"), ("Noritz", "ノーリツ"), ("Balmuda", "バルミューダ"),
+    ("Zojirushi", "ゾウジルシ"), ("Iris Ohyama", "アイリスオーヤマ"),
+    # read right before, and still
+    ("Shimano", "シマノ"), ("Daikin", "ダイキン"), ("Hitachi", "ヒタチ"), ("Nagoya", "ナゴヤ"),
+    ("Hokkaido", "ホッカイドー"),
+    # in a sentence, in capitals' company, in a camel-case name
+    ("Zojirushiの炊飯器が炊き上がりました", "ゾウジルシの炊飯器が炊き上がりました"),
+    ("SonyBraviaの電源", "ソニーブラビアの電源"),
+]
+
+
+@pytest.mark.parametrize("raw,want", JAPANESE_NAMES, ids=[c[0] for c in JAPANESE_NAMES])
+def test_japanese_names_in_latin_letters(raw, want):
+    from hayakoe_pi.text.normalize import normalize_text
+
+    assert normalize_text(raw) == want
+
+
+def test_every_japanese_name_is_katakana():
+    from hayakoe_pi.text.english import JAPANESE_NAMES as NAMES
+    from hayakoe_pi.text.kana import reading_problem
+
+    assert len(NAMES) > 100
+    assert all(name.isascii() and name.isalpha() and reading_problem(reading) is None
+               for name, reading in NAMES.items())
+
+
 # --- what must not change ---------------------------------------------------
 
 PLAIN_JAPANESE = [

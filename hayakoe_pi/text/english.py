@@ -3,8 +3,11 @@
 Each run of Latin letters left after the readings table (numbers, units,
 acronyms, known words: readings.py) is read here, first found wins:
 
-1. the table's English words (``english_words`` in data/readings.yaml), which
-   hold the readings users say (roomba → ルンバ, not kanalizer's ルームバ);
+1. the table's Japanese names in romaji (``japanese_names`` in
+   data/readings.yaml: Mazda → マツダ, Seiko → セイコー, where kanalizer's
+   English spelling gives マズダ, セイコ), then its English words
+   (``english_words``), which hold the readings users say (roomba → ルンバ,
+   not kanalizer's ルームバ);
 2. camel case whose parts are all in that table (AirPods → エアーポッズ);
 3. OpenJTalk's own dictionary, when it knows the word whole (mail → メール,
    device → デバイス, PlayStation, DeNA): what the reference front end
@@ -38,11 +41,12 @@ import pyopenjtalk
 from .english_list import READINGS
 from .table import TABLE
 
-__all__ = ["CAPITAL_WORDS", "ENGLISH_WORDS", "clear_cache", "read_latin_words", "warm_up"]
+__all__ = ["CAPITAL_WORDS", "ENGLISH_WORDS", "JAPANESE_NAMES", "clear_cache", "read_latin_words", "warm_up"]
 
 log = logging.getLogger("hayakoe_pi")
 
 ENGLISH_WORDS: dict[str, str] = {k.lower(): v for k, v in TABLE["english_words"].items()}
+JAPANESE_NAMES: dict[str, str] = {k.lower(): v for k, v in TABLE["japanese_names"].items()}
 CAPITAL_WORDS: frozenset[str] = frozenset(TABLE["capital_words"])
 _LETTERS: dict[str, str] = TABLE["letters"]
 MIN_GUESSED_LETTERS = 3  # shorter words (is, on, my) are left to OpenJTalk
@@ -173,7 +177,7 @@ def _part(part: str) -> str | None:
     """The reading of one part of a camel-case name, None when it has none."""
     if part.isupper() and part not in CAPITAL_WORDS and len(part) <= MAX_ACRONYM_LETTERS:
         return "".join(_LETTERS[c] for c in part)  # TP of TPLink, Q of myQ
-    known = ENGLISH_WORDS.get(part.lower()) or _dictionary_word(part)
+    known = _table_part(part) or _dictionary_word(part)
     if known:
         return known
     return _guess(part.lower()) if guessable(part) else None
@@ -188,7 +192,8 @@ def _camel_case(word: str, read_part) -> str | None:
 
 
 def _table_part(part: str) -> str | None:
-    return ENGLISH_WORDS.get(part.lower())
+    """The table's reading of a word or a part of a name: a Japanese name first, else an English word."""
+    return JAPANESE_NAMES.get(part.lower()) or ENGLISH_WORDS.get(part.lower())
 
 
 @lru_cache(maxsize=4096)
@@ -198,7 +203,7 @@ def latin_word(word: str) -> str:
     if capitals and len(word) <= MAX_ACRONYM_LETTERS and word not in CAPITAL_WORDS:
         # an acronym (readings.py spelled those it knows how to): as OpenJTalk reads it
         return _openjtalk(word)[0] or word
-    known = ENGLISH_WORDS.get(word.lower())
+    known = _table_part(word)
     if known:
         return known
     if not guessable(word):

@@ -4,8 +4,10 @@ The output holds only what OpenJTalk can read plus seven punctuation marks
 (! ? … , . ' -): kana, kanji, Latin and Greek letters. For ordinary Japanese
 it is identical to Style-Bert-VITS2's normalizer (models were trained on that
 text); numbers, units and acronyms go through our own readings first
-(readings.py), English words through english.py, and a reading written into
-the text (明日《アス》, inline.py) replaces its word before anything else.
+(readings.py), English words through english.py, a reading written into
+the text (明日《アス》, inline.py) replaces its word before anything else, and
+the marks of a notification's layout (`電源: オフ`, ` / `, bullets) become
+pauses (layout.py) before the readings.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import unicodedata
 
 from .english import clear_cache, read_latin_words
 from .inline import apply_inline_readings
+from .layout import layout_pauses
 from .phonemes import PUNCTUATIONS
 from .readings import expand_readings
 
@@ -64,7 +67,7 @@ def _readings(text: str) -> str:
 
 def normalize_text(text: str) -> str:
     """The text as g2p reads it; InlineReadingError (a ValueError) for a reading in it that is not katakana."""
-    text = apply_inline_readings(unicodedata.normalize("NFKC", text))
+    text = layout_pauses(apply_inline_readings(unicodedata.normalize("NFKC", text)))
     protected = _protected
     if protected is None:
         text = _readings(text)
