@@ -13,6 +13,7 @@ import os
 import resource
 import socket
 import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +22,8 @@ import pytest
 from wyoming.client import AsyncTcpClient
 from wyoming.tts import Synthesize
 
-from harness import appliance, free_port, wait_for
+from conftest import REPO
+from harness import Mosquitto, appliance, free_port, wait_for, write_config
 
 # texts not spoken before in the test: each is synthesized, so the cache tries to store it
 TEXTS = iter(f"{n}番の部屋の窓が開いています。閉めてください。" for n in range(1, 1000))
@@ -141,12 +143,13 @@ def fill(folder: Path, leave_bytes: int = 0) -> Path:
 @needs_root
 def test_a_full_disk_costs_the_cache_not_the_message(tmp_path):
     """ENOSPC under the phrase cache and the state files (speaking.json and received.json are written at
-    each message): messages are `finished`, Wyoming ends its streams; once space is back the cache
-    stores again."""
+    each message): messages are `finished`, Wyoming ends its streams, Home Assistant's diagnostic
+    sensor says the disk is low; once space is back the cache stores again."""
     with small_disk(tmp_path / "disk", "160m") as disk:
         cache_dir = disk / "cache"
         with speaking_appliance(tmp_path, cache={"dir": str(cache_dir)},
                                 state={"file": str(disk / "state" / "state.json")}) as app:
+            wait_for(lambda: app.probe.last("pi/disk_low") == b"OFF", 10, what="the disk space sensor at connect")
             filler = fill(disk)
             for _ in range(2):
                 assert_spoken_in_full(app, cache_dir)
@@ -155,9 +158,33 @@ def test_a_full_disk_costs_the_cache_not_the_message(tmp_path):
             assert log.count(CANNOT_STORE) == 1, log[-3000:]
             assert "No space left on device" in log
             assert log.count("received.json") <= 1 and log.count("speaking.json") <= 1, log[-3000:]
+            wait_for(lambda: app.probe.last("pi/disk_low") == b"ON", 60, what="the disk space sensor to say low")
+            from hayakoe_pi.diskspace import LOW_FREE_MB
+
+            assert float(app.probe.last("pi/disk_free")) < LOW_FREE_MB
 
             filler.unlink()
             answer = app.probe.reply("say", {"text": next(TEXTS), "id": "space-again"}, timeout=90)
             assert answer["event"] == "finished"
             assert len(cached_phrases(cache_dir)) == 1
             assert "phrase cache: storing again" in app.daemon.output()
+
+
+@needs_root
+def test_check_warns_of_low_disk_space(tmp_path):
+    with small_disk(tmp_path / "disk", "8m") as disk:
+        broker = Mosquitto(tmp_path / "broker").start()
+        try:
+            config = write_config(tmp_path / "c.yaml", broker.port, "chk", disk,
+                                  state={"file": str(tmp_path / "state" / "state.json")})
+            fill(disk, leave_bytes=1 << 20)
+            r = subprocess.run([sys.executable, "-m", "hayakoe_pi.cli", "check", "--config", str(config)],
+                               capture_output=True, text=True, timeout=120,
+                               env=dict(os.environ, PYTHONPATH=str(REPO)))
+        finally:
+            broker.stop()
+    lines = [line for line in r.stdout.splitlines() if " disk: " in line]
+    cache_line = next(line for line in lines if str(disk / "cache") in line)
+    assert cache_line.startswith("warn") and "MB free" in cache_line and "low" in cache_line, r.stdout
+    state_line = next(line for line in lines if str(tmp_path / "state") in line)
+    assert state_line.startswith("ok"), r.stdout
