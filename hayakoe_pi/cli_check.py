@@ -8,6 +8,7 @@ from pathlib import Path
 from .cli_args import config_path
 from .cli_context import become_owner_of, command_config, writable
 from .config import Config
+from .diskspace import service_folders, space_of
 
 
 def check(args: argparse.Namespace) -> int:
@@ -54,6 +55,14 @@ def check(args: argparse.Namespace) -> int:
         report(False, "models", str(e))
     for line in settings_in_effect(config, config_path(args)):
         report(True, "setting", line)
+    for folder in service_folders(config.cache.dir, config.state.file):
+        try:
+            space = space_of(folder)
+        except OSError as e:
+            report(False, "disk", f"{folder}: {e.strerror or e}")
+            continue
+        # low is a warning, not a failure: the service runs, its phrase cache stops storing once full
+        print(f"{'warn' if space.low else 'ok  '} disk: {space.line()}")
     ok, detail = probe_broker(config)
     report(ok, "mqtt", detail)
     try:

@@ -31,6 +31,7 @@ from .cache import PhraseCache
 from .chime import Chimes
 from .commands import Commands
 from .config import Config
+from .diskspace import DiskWatch, service_folders
 from .engine import TextError
 from .models.store import ModelStore
 from .mqtt import BrokerLink
@@ -76,7 +77,8 @@ class Daemon:
         self.topics = Topics(mqtt.topic_prefix, self.identity.id, mqtt.discovery_prefix, mqtt.birth_topic)
         self.link = BrokerLink(mqtt, self.identity.client_id, self.topics, self.on_command, self.on_request,
                                self._on_connected)
-        self.reports = Reports(self.link, self.topics, self.identity, self.speech, self.announcements)
+        self.reports = Reports(self.link, self.topics, self.identity, self.speech, self.announcements,
+                               DiskWatch(service_folders(config.cache.dir, state)))
         self.commands = Commands(self.speech, self.reports)
         self.commands.reload_dictionary(announce=False)
         # the request being spoken, on disk: after a crash the next start tells Home Assistant,
@@ -139,6 +141,7 @@ class Daemon:
         while not stop.wait(interval or 1.0):
             if interval and self.healthy():
                 sdnotify.notify("WATCHDOG=1")
+            self.reports.disk_space()
         self.shutdown()
 
     def healthy(self) -> bool:

@@ -58,10 +58,18 @@ def discovery_messages(topics: Topics, identity: Identity, voices: list[str],
         entity("switch", "quiet_hours", "Quiet hours", command_topic=topics.setting_set("quiet_hours"),
                state_topic=topics.setting("quiet_hours"), payload_on="ON", payload_off="OFF", state_on="ON",
                state_off="OFF", qos=1, icon="mdi:weather-night"),
+        # where the phrase cache and the state files are written (diskspace.py)
+        entity("sensor", "disk_free", "Free disk space", state_topic=topics.disk_free, unit_of_measurement="MB",
+               device_class="data_size", state_class="measurement", entity_category="diagnostic",
+               icon="mdi:harddisk"),
+        entity("binary_sensor", "disk_low", "Disk space low", state_topic=topics.disk_low, payload_on="ON",
+               payload_off="OFF", device_class="problem", entity_category="diagnostic",
+               icon="mdi:harddisk-remove"),
     ]
 
 
 def retained_topics(topics: Topics, identity: Identity) -> list[str]:
-    """Every topic this Pi publishes retained: its discovery configs, status, state, settings."""
+    """Every topic this Pi publishes retained: its discovery configs, status, state, settings, disk space."""
     return [topic for topic, _ in discovery_messages(topics, identity, [], [])] + \
-        [topics.status, topics.state, *(topics.setting(s) for s in SELECTION + ANNOUNCEMENT)]
+        [topics.status, topics.state, *(topics.setting(s) for s in SELECTION + ANNOUNCEMENT), topics.disk_free,
+         topics.disk_low]

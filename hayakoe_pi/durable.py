@@ -1,10 +1,15 @@
-"""Writes that survive a power cut: a file renamed into place only once its bytes are on disk."""
+"""Writes that survive a power cut: a file renamed into place only once its bytes are on disk.
+And writes that fail (a full disk): logged once, not at every message, until one works again."""
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+import threading
 from pathlib import Path
+
+log = logging.getLogger("hayakoe_pi")
 
 
 def fsync(path: Path) -> None:
@@ -45,3 +50,28 @@ def write_durably(path: Path, text: str, mode: int = 0o600) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class FailingWrites:
+    """One kind of write the daemon does at every message (the phrase cache, speaking.json, received.json).
+
+    A full disk (ENOSPC, EFBIG, EDQUOT, EROFS, EIO) fails it at every message: logged once as
+    `failed` says, then not again until a write has worked (logged as `again`).
+    """
+
+    def __init__(self, failed: str, again: str):
+        self.failed_text, self.again_text = failed, again
+        self._failing = False
+        self._lock = threading.Lock()  # the speaker and Wyoming's threads store alike
+
+    def failed(self, error: OSError) -> None:
+        with self._lock:
+            first, self._failing = not self._failing, True
+        if first:
+            log.warning("%s (%s); said once, until a write works again", self.failed_text, error.strerror or error)
+
+    def worked(self) -> None:
+        with self._lock:
+            was_failing, self._failing = self._failing, False
+        if was_failing:
+            log.info("%s", self.again_text)

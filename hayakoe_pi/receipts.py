@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from .durable import write_durably
+from .durable import FailingWrites, write_durably
 
 log = logging.getLogger("hayakoe_pi")
 
@@ -25,6 +25,7 @@ class Receipts:
         self.path = path
         self._lock = threading.Lock()
         self._times: dict[str, float] = {}
+        self._writes = FailingWrites(f"cannot save {path}: a restart would count ages anew", f"{path} saved again")
         try:
             data = json.loads(path.read_text("utf-8"))
             now = time.time()
@@ -53,5 +54,7 @@ class Receipts:
     def _save(self) -> None:
         try:
             write_durably(self.path, json.dumps(self._times))
-        except OSError as e:
-            log.warning("cannot save %s (%s): a restart would count ages anew", self.path, e)
+        except OSError as e:  # a full disk: the message is spoken all the same
+            self._writes.failed(e)
+            return
+        self._writes.worked()

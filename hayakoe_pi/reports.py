@@ -6,6 +6,7 @@ import logging
 
 from .config import Identity
 from .discovery import discovery_messages
+from .diskspace import DiskWatch
 from .mqtt import BrokerLink
 from .mqtt_api import error_event
 from .speech import SpeechService
@@ -19,9 +20,9 @@ class Reports:
     """Publishes under this Pi's own topics; none of it blocks (paho queues it)."""
 
     def __init__(self, link: BrokerLink, topics: Topics, identity: Identity, speech: SpeechService,
-                 announcements: AnnouncementSettings):
+                 announcements: AnnouncementSettings, disk: DiskWatch):
         self.link, self.topics, self.identity, self.speech = link, topics, identity, speech
-        self.announcements = announcements
+        self.announcements, self.disk = announcements, disk
 
     def event(self, payload: dict) -> None:
         """An event on this Pi's event topic; every event names the Pi, for automations that
@@ -40,10 +41,19 @@ class Reports:
                 self.link.publish(topic, b"", retain=True)
         self.state("speaking" if busy else "idle")
         self.selection()
+        self.disk_space(force=True)
         self.discovery()
 
     def state(self, state: str) -> None:
         self.link.publish(self.topics.state, state, retain=True)
+
+    def disk_space(self, force: bool = False) -> None:
+        """Free space where the service writes: on connect, then when it changed meaningfully (DiskWatch)."""
+        figures = self.disk.figures(force)
+        if figures is not None:
+            free_mb, low = figures
+            self.link.publish(self.topics.disk_free, str(free_mb), retain=True)
+            self.link.publish(self.topics.disk_low, "ON" if low else "OFF", retain=True)
 
     def selection(self) -> None:
         for name in SELECTION:

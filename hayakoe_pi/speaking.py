@@ -12,6 +12,7 @@ import logging
 import os
 from pathlib import Path
 
+from .durable import FailingWrites
 from .mqtt_api import EVENT_TEXT_CHARS, SayRequest
 
 log = logging.getLogger("hayakoe_pi")
@@ -24,6 +25,8 @@ class SpeakingRecord:
 
     def __init__(self, path: Path):
         self.path = path
+        self._writes = FailingWrites(f"cannot write {path}: a crash while speaking would go unreported",
+                                     f"{path} written again")
 
     def write(self, request: SayRequest, deaths: int = 0) -> None:
         """`deaths`: the earlier runs that died speaking this same message."""
@@ -46,8 +49,10 @@ class SpeakingRecord:
                 f.write(json.dumps(data, ensure_ascii=False))
                 f.flush()
                 os.fsync(f.fileno())
-        except OSError as e:
-            log.debug("cannot write %s: %s", self.path, e)
+        except OSError as e:  # a full disk: the message is spoken all the same
+            self._writes.failed(e)
+            return
+        self._writes.worked()
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)

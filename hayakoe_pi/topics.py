@@ -3,7 +3,8 @@
     household (every Pi acts on it)   <prefix>/say, /stop, /prepare, /dictionary/add|remove
     this Pi only                      <prefix>/<device.id>/say, /stop, /prepare, /<setting>/set
                                       (settings: volume, voice, style, chime, quiet_hours)
-    what this Pi publishes            <prefix>/<device.id>/status, /state, /event, /<setting>
+    what this Pi publishes            <prefix>/<device.id>/status, /state, /event, /<setting>,
+                                      /disk_free, /disk_low (diskspace.py)
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class Topics:
         self.status = f"{self.own}/status"
         self.state = f"{self.own}/state"
         self.event = f"{self.own}/event"
+        self.disk_free = f"{self.own}/disk_free"  # MB free where the service writes (retained)
+        self.disk_low = f"{self.own}/disk_low"  # ON / OFF (retained)
         self.ha_status = birth_topic  # Home Assistant's birth message: `online` when it (re)starts
 
     def setting(self, name: str) -> str:

@@ -1,3 +1,4 @@
+import logging
 import os
 import stat
 import time
@@ -60,3 +61,38 @@ def test_key_changes_with_everything_that_changes_the_sound(tmp_path):
     os.utime(model, ns=(1, 1))
     keys.add(cache_key(**{**base, "model_fingerprint": files_fingerprint([model])}))
     assert len(keys) == 7
+
+
+def test_a_store_that_fails_costs_the_cache_only_and_is_logged_once(tmp_path, caplog):
+    """Any OSError of a store (here: the entry's name taken by a folder) leaves no temporary
+    file and raises nothing; said once until a store works again."""
+    cache = PhraseCache(tmp_path, max_mb=1)
+    entry = np.zeros(1024, np.float32)
+    for key in ("a", "b"):
+        (tmp_path / f"{key}-1{PhraseCache.SUFFIX}").mkdir()
+        (tmp_path / f"{key}-1{PhraseCache.SUFFIX}" / "in the way").touch()
+    with caplog.at_level(logging.INFO, logger="hayakoe_pi"):
+        cache.put("a", 1, entry)
+        cache.put("b", 1, entry)
+        assert sum("cannot store" in r.getMessage() for r in caplog.records) == 1
+        cache.put("c", 1, entry)
+        assert cache.get("c", 1) is not None
+        assert sum("storing again" in r.getMessage() for r in caplog.records) == 1
+        cache.put("a", 1, entry)
+        assert sum("cannot store" in r.getMessage() for r in caplog.records) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-1.f32", "b-1.f32", "c-1.f32"]
+
+
+def test_leftover_temporary_files_are_removed_and_every_file_counts(tmp_path):
+    leftover = tmp_path / "k-44100.tmp4242-1"  # a store cut by a power cut
+    leftover.write_bytes(b"\0" * 8192)
+    (tmp_path / "models").mkdir()  # derived models beside the entries: not the cache's
+    (tmp_path / "models" / "big.onnx").write_bytes(b"\0" * 20000)
+    cache = PhraseCache(tmp_path, max_mb=0.01)
+    assert not leftover.exists() and (tmp_path / "models" / "big.onnx").exists()
+    cache.put("a", 1, np.zeros(1024, np.float32))
+    stray = tmp_path / "b-1.tmp1-2"  # a store being written by another thread counts too
+    stray.write_bytes(b"\0" * 8192)
+    assert cache.size_bytes() == 4096 + 8192
+    cache.put("c", 1, np.zeros(1024, np.float32))
+    assert cache.size_bytes() <= cache.max_bytes and cache.get("a", 1) is None

@@ -15,7 +15,8 @@ from conftest import REPO
 from harness import AlsaSink, Mosquitto, Probe, appliance, free_port, settle, wait_for, write_config
 
 LONG_TEXT = "冷蔵庫のドアが開いています。閉めてください。" * 4
-ENTITIES = 8  # Home Assistant entities per Pi: say, state, volume, voice, style, stop, chime, quiet hours
+ENTITIES = 10  # Home Assistant entities per Pi: say, state, volume, voice, style, stop, chime, quiet hours,
+# disk free, disk low
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +209,8 @@ def test_home_assistant_discovery(app):
     found = wait_for(configs, 10, what="discovery")
     by_kind = {t.split("/")[1] + ":" + t.split("/")[3]: c for t, c in found.items() if t.split("/")[2] == node}
     assert set(by_kind) == {"notify:say", "sensor:state", "number:volume", "select:voice",
-                            "select:style", "button:stop", "select:chime", "switch:quiet_hours"}
+                            "select:style", "button:stop", "select:chime", "switch:quiet_hours",
+                            "sensor:disk_free", "binary_sensor:disk_low"}
     for config in by_kind.values():
         assert config["availability_topic"] == f"{app.prefix}/pi/status"
         assert config["device"]["identifiers"] == [node]

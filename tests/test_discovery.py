@@ -10,7 +10,7 @@ show as a feature that does not work: hence this test.
 
 from hayakoe_pi import __version__
 from hayakoe_pi.config import Config, DeviceConfig, MqttConfig
-from hayakoe_pi.discovery import discovery_messages
+from hayakoe_pi.discovery import discovery_messages, retained_topics
 from hayakoe_pi.topics import Topics
 
 COMMON = {
@@ -33,9 +33,12 @@ PLATFORM = {
     "button": {"command_template", "command_topic", "device_class", "encoding", "payload_press", "qos", "retain"},
     "switch": {"command_topic", "device_class", "encoding", "optimistic", "payload_off", "payload_on", "qos",
                "retain", "state_off", "state_on", "state_topic", "value_template"},
+    "binary_sensor": {"device_class", "encoding", "expire_after", "force_update", "off_delay", "payload_off",
+                      "payload_on", "qos", "state_topic", "value_template"},
 }
 REQUIRED = {"notify": {"command_topic"}, "sensor": {"state_topic"}, "number": {"command_topic"},
-            "select": {"command_topic", "options"}, "button": {"command_topic"}, "switch": {"command_topic"}}
+            "select": {"command_topic", "options"}, "button": {"command_topic"}, "switch": {"command_topic"},
+            "binary_sensor": {"state_topic"}}
 DEVICE = {"configuration_url", "connections", "hw_version", "identifiers", "manufacturer", "model", "model_id",
           "name", "serial_number", "suggested_area", "sw_version", "via_device"}
 ORIGIN = {"name", "support_url", "sw_version"}
@@ -43,7 +46,8 @@ ORIGIN = {"name", "support_url", "sw_version"}
 # the entity ids of a Pi installed before device.id (client id hayakoe-pi), which an upgrade keeps
 PROMISED = {"notify.hayakoe_pi_say", "sensor.hayakoe_pi_state", "number.hayakoe_pi_volume",
             "select.hayakoe_pi_voice", "select.hayakoe_pi_style", "button.hayakoe_pi_stop",
-            "select.hayakoe_pi_chime", "switch.hayakoe_pi_quiet_hours"}  # announcements (#36)
+            "select.hayakoe_pi_chime", "switch.hayakoe_pi_quiet_hours",  # announcements (#36)
+            "sensor.hayakoe_pi_disk_free", "binary_sensor.hayakoe_pi_disk_low"}  # diagnostic (#45)
 
 
 def messages(config: Config = Config()):
@@ -89,8 +93,8 @@ def test_each_pi_is_its_own_device_in_its_area():
     for found in (kitchen, bedroom):
         assert_home_assistant_accepts(found)
     ids = [config["unique_id"] for _, config in kitchen + bedroom]
-    assert len(set(ids)) == len(ids) == 16
-    assert len({topic for topic, _ in kitchen + bedroom}) == 16
+    assert len(set(ids)) == len(ids) == 20
+    assert len({topic for topic, _ in kitchen + bedroom}) == 20
     _, say = kitchen[0]
     assert say["unique_id"] == "kitchen-3fa2c1_say" and say["default_entity_id"] == "notify.kitchen_3fa2c1_say"
     assert say["device"]["name"] == "Kitchen" and say["device"]["suggested_area"] == "Kitchen"
@@ -111,7 +115,15 @@ VALUES = {
     "qos": {0, 1, 2}, "min": float, "max": float, "step": float, "mode": {"auto", "box", "slider"},
     "unit_of_measurement": str, "options": list, "device": dict, "origin": dict,
     "payload_on": str, "payload_off": str, "state_on": str, "state_off": str,
+    "entity_category": {"config", "diagnostic"},
+    "state_class": {"measurement", "measurement_angle", "total", "total_increasing"},
+    "device_class": str,  # one of the platform's classes: DEVICE_CLASSES below
 }
+# the device classes used here, each in its platform's list (SensorDeviceClass, BinarySensorDeviceClass),
+# with the units Home Assistant accepts for it (sensor/const.py DEVICE_CLASS_UNITS)
+DEVICE_CLASSES = {("sensor", "data_size"): {"bit", "kbit", "Mbit", "Gbit", "B", "kB", "MB", "GB", "TB", "PB", "EB",
+                                            "ZB", "YB", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"},
+                  ("binary_sensor", "problem"): {None}}
 
 
 def check_value(key, value):
@@ -138,7 +150,23 @@ def test_every_value_has_the_type_and_range_home_assistant_wants():
                 assert config["min"] < config["max"] and config["step"] > 0
             if platform == "select":
                 assert all(isinstance(o, str) for o in config["options"])
+            if "device_class" in config:
+                units = DEVICE_CLASSES[platform, config["device_class"]]
+                assert config.get("unit_of_measurement") in units, (topic, config.get("unit_of_measurement"))
             device = config["device"]
             assert all(isinstance(v, str) for v in device["identifiers"])
             assert all(isinstance(device[k], str) for k in device if k != "identifiers")
             assert all(isinstance(v, str) for v in config["origin"].values())
+
+
+def test_disk_space_is_shown_by_two_diagnostic_entities_that_forget_clears():
+    me = Config().identity()
+    topics = Topics("hayakoe", me.id)
+    by_id = {config["unique_id"]: config for _, config in messages()}
+    free, low = by_id["hayakoe-pi_disk_free"], by_id["hayakoe-pi_disk_low"]
+    assert free["state_topic"] == "hayakoe/hayakoe-pi/disk_free" and free["unit_of_measurement"] == "MB"
+    assert low["state_topic"] == "hayakoe/hayakoe-pi/disk_low" and low["device_class"] == "problem"
+    assert (low["payload_on"], low["payload_off"]) == ("ON", "OFF")
+    assert free["entity_category"] == low["entity_category"] == "diagnostic"
+    assert not any("entity_category" in c for c in by_id.values() if c not in (free, low))  # the others: controls
+    assert {free["state_topic"], low["state_topic"]} <= set(retained_topics(topics, me))
