@@ -242,10 +242,10 @@ def test_an_old_receipts_file_dates_no_message_and_is_dropped_once(tmp_path):
     with appliance(tmp_path, queue={"max_age_s": 20}) as app:
         app.extra = []
         try:
-            assert app.probe.reply("say", DAILY)["event"] == "finished"
             assert app.daemon.output().count("received.json") == 1, app.daemon.output()
-            restart(app, "again")
+            restart(app, "again")  # before any message
             assert "received.json" not in app.daemon.output()  # said once: the file is of this version now
+            assert app.probe.reply("say", DAILY)["event"] == "finished"
         finally:
             for daemon in app.extra:
                 daemon.stop()
