@@ -6,7 +6,8 @@
 - poison: the same message (by its bytes) was being spoken when the daemon
   died POISON_DEATHS times: spoken again, it would kill it again;
 - expired (when its turn comes): older than its `max_age`, else
-  `queue.max_age_s`, counted from its `sent`, else its first receipt here.
+  `queue.max_age_s`, counted from its `sent`, else its first receipt here
+  (a redelivery's, receipts.py).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Admission:
             if len(self._ids) >= PRUNE_AT:
                 self._ids = {k: v for k, v in self._ids.items() if v is None or v > now}
             self._ids[request.id] = None
-        request.received = self.receipts.first(request.digest)
+        request.received = self.receipts.first(request.digest, request.packet_id, request.redelivered)
         return None
 
     def answered(self, request: SayRequest, admitted: bool = True) -> None:
@@ -52,7 +53,7 @@ class Admission:
             with self._lock:
                 if request.id in self._ids:
                     self._ids[request.id] = time.monotonic() + self.duplicate_window_s
-            self.receipts.forget(request.digest)
+            self.receipts.forget(request.digest, request.packet_id)
         self.deaths.pop(request.digest, None)
 
     def age_over_limit(self, request: SayRequest) -> tuple[float, float] | None:

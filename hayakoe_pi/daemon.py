@@ -170,18 +170,20 @@ class Daemon:
                 if topic == t.setting_set(name):
                     self.commands.queue_setting(name, payload)
 
-    def on_request(self, topic: str, payload: bytes, ack=None) -> None:
+    def on_request(self, topic: str, payload: bytes, ack=None, packet_id: int = 0, redelivered: bool = False) -> None:
         """A say or prepare message; `ack()` once it has its last event (the broker keeps it until then)."""
-        self.submit(payload, play=topic in (self.topics.say, self.topics.room_say), ack=ack or (lambda: None))
+        self.submit(payload, play=topic in (self.topics.say, self.topics.room_say), ack=ack or (lambda: None),
+                    packet_id=packet_id, redelivered=redelivered)
 
-    def submit(self, payload: bytes, play: bool = True, ack=lambda: None) -> SayRequest | None:
+    def submit(self, payload: bytes, play: bool = True, ack=lambda: None, packet_id: int = 0,
+               redelivered: bool = False) -> SayRequest | None:
         try:
             request = parse_say(payload, self.speech, play, self.chimes.resolve)
         except PayloadError as e:
             self.reports.error(str(e), e.request_id, e.text, e.code)
             ack()
             return None
-        request.ack = ack
+        request.ack, request.packet_id, request.redelivered = ack, packet_id, redelivered
         with self.cond:
             limit = self.config.queue.max_length
             if len(self.queue) >= limit:  # interrupt too: nothing queued is ever dropped for a newcomer
@@ -353,6 +355,7 @@ class Daemon:
 
     def _on_connected(self) -> None:
         self.reports.online(self.busy)
+        self.admission.receipts.intake_subscribed()  # the broker has handed back what it held
         if self.interrupted is not None:  # the last run died while speaking this
             log.warning("the last run was cut while speaking %r", self.interrupted["id"])
             self.reports.event({"event": "interrupted", **self.interrupted})

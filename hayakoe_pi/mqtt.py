@@ -83,7 +83,7 @@ class BrokerLink:
 
     def __init__(self, mqtt_config: MqttConfig, client_id: str, topics: Topics,
                  on_command: Callable[[str, bytes], None],
-                 on_request: Callable[[str, bytes, Callable[[], None]], None],
+                 on_request: Callable[[str, bytes, Callable[[], None], int, bool], None],
                  on_connected: Callable[[], None]):
         self.config = mqtt_config
         self.topics = topics
@@ -268,7 +268,8 @@ class BrokerLink:
                 client.ack(message.mid, message.qos)
             return
         try:
-            self._on_request(message.topic, message.payload, ack)
+            # the packet id and DUP: whether a receipt of an earlier run may date it (receipts.py)
+            self._on_request(message.topic, message.payload, ack, message.mid, bool(message.dup))
         except Exception:  # never let one message kill the network thread
             log.exception("error while handling a message on %s", message.topic)
             ack()

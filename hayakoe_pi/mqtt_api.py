@@ -63,7 +63,9 @@ class SayRequest:
     chime: bool | str | None = None  # True: this Pi's chime, False: none, a WAV in audio.chime_dir; None: as set
     alert: bool = False  # "priority": "alert"
     received: float = 0.0  # Unix time this Pi first received it (kept across restarts)
-    digest: str = ""  # of the payload: the same message when the broker hands it over again
+    digest: str = ""  # of the payload's bytes (poison; a receipt's key, with packet_id)
+    packet_id: int = 0  # the broker's, on the intake (0: QoS 0, or not from the broker)
+    redelivered: bool = False  # the broker hands it over again (DUP): its first receipt may be older
     play: bool = True  # False: only synthesize into the cache (prepare)
     # called once the request has its last event: the broker may then forget the message
     ack: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)

@@ -7,11 +7,16 @@ killer or a power cut would do them.
 
 import json
 import math
+import os
+import subprocess
+import sys
 import time
 
 import pytest
 
+from conftest import REPO
 from harness import DaemonProcess, appliance, wait_for
+from hayakoe_pi.mqtt_api import payload_digest
 
 LONG = "冷蔵庫のドアが開いています。閉めてください。" * 6  # ~15 s
 
@@ -162,6 +167,88 @@ def test_messages_older_than_their_max_age_after_a_crash_are_expired_not_spoken(
     fresh = app.probe.reply("say", {"text": "新しいお知らせです。", "id": "new", "sent": time.time() - 60,
                                     "max_age": 120})
     assert fresh["event"] == "finished", fresh
+
+
+DAILY = "洗濯が終わりました。"  # plain text, as a daily automation sends it: the same bytes every day
+
+
+def final_event(app, rid: str) -> dict | None:
+    return next((e for e in events(app.probe) if e["id"] == rid and e["event"] in ("finished", "expired", "error")),
+                None)
+
+
+def wait_out_max_age(since: float, max_age_s: float) -> None:
+    time.sleep(max(0.0, since + max_age_s + 1.0 - time.monotonic()))
+
+
+@pytest.mark.parametrize("app", [{"queue": {"max_age_s": 5}, "cache": {"max_mb": 0}}], indirect=True)
+def test_the_same_text_after_a_qos0_message_lost_at_a_crash_is_spoken(app):
+    """Before: the lost message's receipt (keyed by the payload's digest) dated the new one:
+    `expired` until the receipt was pruned, 7 days later."""
+    app.probe.publish("say", {"text": LONG, "id": "long"})
+    app.probe.next_event(event="started", id="long", timeout=60)
+    app.probe.publish("say", DAILY, qos=0)  # waits behind the long one: lost at the crash
+    lost_at = time.monotonic()
+    wait_for(lambda: [e for e in events(app.probe, "queued") if e["text"] == DAILY], 10, what="queued")
+    restart(app, "after-the-loss")
+    app.probe.publish("stop", "stop")  # the long one comes back (QoS 1): cut, so the next is not kept waiting
+    wait_for(lambda: final_event(app, "long"), 60, what="the long message answered")
+    wait_out_max_age(lost_at, 5)
+    answer = app.probe.reply("say", DAILY)  # QoS 1, the same bytes
+    assert answer["event"] == "finished", answer
+
+
+@pytest.mark.parametrize("app", [{"queue": {"max_age_s": 3}, "cache": {"max_mb": 0}}], indirect=True)
+def test_messages_sent_again_after_their_session_ended_are_new_and_their_receipts_dropped(app):
+    """`hayakoe-pi forget` ends the sessions while three messages wait: never handed back. Sent
+    again, the same bytes come with the same packet ids (a new session counts from 1 again),
+    but not as redeliveries: new messages, spoken. Their old receipts are dropped at start.
+    Before: the same text inherited the old receipt's time (`expired`) until pruned, 7 days later."""
+    long = {"text": LONG, "id": "long"}
+    app.probe.publish("say", long)
+    app.probe.next_event(event="started", id="long", timeout=60)
+    app.probe.publish("say", DAILY)
+    lost_at = time.monotonic()
+    app.probe.publish("say", "乾燥が終わりました。")  # never sent again
+    wait_for(lambda: len(events(app.probe, "queued")) == 3, 10, what="queued")
+    app.daemon.proc.kill()
+    app.daemon.proc.wait(10)
+    forget = subprocess.run([sys.executable, "-m", "hayakoe_pi.cli", "forget", "--config", str(app.config)],
+                            capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert forget.returncode == 0, forget.stderr
+    restart(app, "after-forget")
+    assert [e["id"] for e in events(app.probe, "queued")].count("long") == 1  # not handed back
+    wait_out_max_age(lost_at, 3)
+    app.probe.publish("say", long)  # soon after the start, its old receipt not dropped yet
+    answer = wait_for(lambda: [e["event"] for e in events(app.probe)
+                               if e["id"] == "long" and e["event"] in ("started", "expired")][1:], 60,
+                      what="the long message sent again answered")
+    assert answer == ["started"], answer
+    app.probe.publish("stop", "stop")
+    wait_for(lambda: final_event(app, "long"), 60, what="the long message cut")
+    answer = app.probe.reply("say", DAILY)
+    assert answer["event"] == "finished", answer
+    wait_for(lambda: "receipts of messages the broker did not hand back" in app.daemon.output(), 30,
+             what="the old receipts dropped")
+    assert json.loads((app.work / "state" / "received.json").read_text())["received"] == {}
+
+
+def test_an_old_receipts_file_dates_no_message_and_is_dropped_once(tmp_path):
+    """A received.json of an older version, keyed by the payload's digest alone, cannot tell a
+    redelivery from a new message: dropped, said once."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "received.json").write_text(json.dumps({payload_digest(DAILY.encode()): time.time() - 60}))
+    with appliance(tmp_path, queue={"max_age_s": 20}) as app:
+        app.extra = []
+        try:
+            assert app.daemon.output().count("received.json") == 1, app.daemon.output()
+            restart(app, "again")  # before any message
+            assert "received.json" not in app.daemon.output()  # said once: the file is of this version now
+            assert app.probe.reply("say", DAILY)["event"] == "finished"
+        finally:
+            for daemon in app.extra:
+                daemon.stop()
 
 
 def test_an_infinite_volume_in_the_state_file_starts_online_and_speaks(tmp_path):

@@ -18,7 +18,7 @@ class FakeIntake:
 def make_link():
     handed = []
     link = BrokerLink(MqttConfig(), "hayakoe-pi-pi", Topics("hk", "pi"), on_command=lambda t, p: None,
-                      on_request=lambda t, p, ack: handed.append((p, ack)), on_connected=lambda: None)
+                      on_request=lambda t, p, ack, *delivery: handed.append((p, ack)), on_connected=lambda: None)
     link.intake = FakeIntake()
     return link, handed
 
@@ -60,7 +60,7 @@ def test_a_retained_request_is_acknowledged_and_not_spoken():
 def test_a_failing_handler_still_acknowledges():
     link, _ = make_link()
 
-    def broken(topic, payload, ack):
+    def broken(topic, payload, ack, *delivery):
         raise RuntimeError("bug")
 
     link._on_request = broken
