@@ -261,11 +261,11 @@ def test_port_in_use_is_retried_without_ending_the_server(caplog):
 
 
 def test_idle_clients_are_dropped_and_too_many_refused(monkeypatch):
-    import hayakoe_pi.wyoming.handler as handler
+    import hayakoe_pi.wyoming.connection as connection
     from hayakoe_pi.wyoming import WyomingServer
 
-    monkeypatch.setattr(handler, "IDLE_SECONDS", 0.5)
-    monkeypatch.setattr(handler, "MAX_CLIENTS", 1)
+    monkeypatch.setattr(connection, "IDLE_SECONDS", 0.5)
+    monkeypatch.setattr(connection, "MAX_CLIENTS", 1)
     port = free_port()
     server = WyomingServer(WyomingConfig(enabled=True, host="127.0.0.1", port=port, zeroconf=False), speech=None)
     server.start()
