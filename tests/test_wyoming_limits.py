@@ -1,12 +1,14 @@
 """The Wyoming port as anyone on the LAN can use it: clients that ask for audio and never read
-it, a burst over the connection limit; Home Assistant and MQTT must still be served."""
+it or read a trickle, a burst over the connection limits, connections held open with pings;
+Home Assistant and MQTT must still be served."""
 
 import socket
 import time
 
 import pytest
 from wyoming.client import AsyncTcpClient
-from wyoming.event import write_event
+from wyoming.event import read_event, write_event
+from wyoming.ping import Ping
 from wyoming.tts import Synthesize
 
 from harness import appliance, free_port, wait_for
@@ -24,11 +26,9 @@ def app(tmp_path):
         yield app
 
 
-def never_reads(port: int) -> socket.socket:
+def never_reads(port: int, address: str = "127.0.0.1") -> socket.socket:
     """Connect with a tiny receive window, ask for a long text, and never read a byte."""
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.connect(("127.0.0.1", port))
+    s = connect_from(address, port, receive_buffer=4096)
     with s.makefile("wb") as out:
         write_event(Synthesize(text=LONG).event(), out)
     return s
@@ -47,15 +47,18 @@ async def served_in(port: int, text: str) -> float:
 def test_clients_that_never_read_are_dropped_and_others_still_served(app):
     import asyncio
 
-    bad = [never_reads(app.wyoming_port) for _ in range(20)]
+    # 4 from each of 5 addresses (the most one address may hold): the last 4 are over the limit of all
+    bad = [never_reads(app.wyoming_port, f"127.0.0.{11 + n // 4}") for n in range(20)]
     try:
         log = app.daemon.output
-        wait_for(lambda: log().count("clients connected already") == 4, 5, what="the 4 over the limit refused")
+        wait_for(lambda: "refusing 127.0.0.15: 16 clients connected already" in log(), 5,
+                 what="the 4 over the limit refused")
         # the 16 let in are dropped once they have not read for write_timeout_s
         wait_for(lambda: log().count("stopped reading for 2 s: disconnected") == 16, 60,
                  what="the clients that never read to be dropped")
         seconds = asyncio.run(served_in(app.wyoming_port, "お風呂が沸きました。"))
         assert seconds < 2.0, seconds
+        assert log().count("refusing") == 1  # logged once, not per refusal
         assert app.probe.reply("say", {"text": "玄関の鍵が開いています。", "id": "mqtt"})["event"] == "finished"
     finally:
         for s in bad:
@@ -92,3 +95,83 @@ def test_at_most_max_syntheses_run_at_once_and_the_rest_wait_in_order():
         assert order == [0, 1, 2, 3]
 
     asyncio.run(scenario())
+
+
+# --- one host must not hold the port: per-peer limit, slow readers, idle lifetime ---------------
+
+def connect_from(address: str, port: int, receive_buffer: int | None = None) -> socket.socket:
+    """A connection from `address` (any of 127/8 is this host on Linux): another peer to the server."""
+    s = socket.socket()
+    if receive_buffer:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    s.bind((address, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def ask(s: socket.socket, event) -> None:
+    with s.makefile("wb") as out:
+        write_event(event, out)
+
+
+def next_event(s: socket.socket, timeout: float):
+    s.settimeout(timeout)
+    with s.makefile("rb", buffering=0) as f:  # unbuffered: nothing read past this event
+        return read_event(f)
+
+
+@pytest.fixture(scope="module")
+def strict_app(tmp_path_factory):
+    """Short limits: a client may keep the server waiting 8 s, and must send a request every 3 s.
+    Its tests use addresses of their own."""
+    port = free_port()
+    wyoming = {"enabled": True, "host": "127.0.0.1", "port": port, "zeroconf": False,
+               "write_timeout_s": 8, "idle_timeout_s": 3}
+    with appliance(tmp_path_factory.mktemp("strict"), wyoming=wyoming) as app:
+        app.wyoming_port = port
+        wait_for(lambda: "wyoming: serving on" in app.daemon.output(), 30, what="the Wyoming server")
+        yield app
+
+
+def pong_or_closed(s: socket.socket) -> bool:
+    """Ping: True for the pong, False if the server has closed the connection."""
+    try:
+        ask(s, Ping(text="hi").event())
+        event = next_event(s, 5)
+    except ConnectionError:
+        return False
+    assert event is None or event.type == "pong", event
+    return event is not None
+
+
+def test_pings_do_not_keep_an_idle_connection_open(strict_app):
+    """A client that only pings is closed idle_timeout_s after it connected (or its last request)."""
+    port = strict_app.wyoming_port
+    with connect_from("127.0.0.4", port) as s:
+        peer = "%s:%d" % s.getsockname()
+        started = time.monotonic()
+        while pong_or_closed(s):
+            assert time.monotonic() - started < 20, "pinging every second kept the connection open for 20 s"
+            time.sleep(1)
+        assert time.monotonic() - started < 3 + 5
+    assert strict_app.daemon.output().count(f"{peer} sent no request for 3 s (pings do not count)") == 1
+
+
+def test_a_fifth_connection_from_one_address_is_refused_another_address_is_served(strict_app):
+    """4 of the 16 connections per address: a host cannot take them all."""
+    port = strict_app.wyoming_port
+    four = [connect_from("127.0.0.5", port) for _ in range(4)]
+    try:
+        for s in four:  # each is served
+            ask(s, Ping().event())
+            assert next_event(s, 5).type == "pong"
+        with connect_from("127.0.0.5", port) as fifth:
+            refused = next_event(fifth, 5)
+            assert refused is not None and refused.type == "error" and refused.data["code"] == "busy", refused
+            assert "127.0.0.5" in refused.data["text"]
+        with connect_from("127.0.0.6", port) as other:
+            ask(other, Ping().event())
+            assert next_event(other, 5).type == "pong"
+    finally:
+        for s in four:
+            s.close()

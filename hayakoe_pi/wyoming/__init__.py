@@ -16,7 +16,8 @@ to the client as 16-bit mono PCM.
     connection.py  one connection's life under the limits: admitted, idle, writes timed
     handler.py     one client connection: its requests and their audio
     events.py      reading events with limits on what a client may make us buffer
-    limits.py      what the clients may take between them: connections, syntheses, time to read
+    limits.py      what the clients may take between them: connections (per address too),
+                   syntheses at once, time to read
     announce.py    the zeroconf announcement
 """
 

@@ -1,7 +1,7 @@
-"""One Wyoming connection's life under the server's limits (limits.py): refused with `busy`
-at once when too many are open, closed when idle, each write timed (a client that keeps the
-server waiting is dropped), a refused request answered with an error before closing. Its
-requests are the handler's (handler.py)."""
+"""One Wyoming connection's life under the server's limits (limits.py): admitted or refused
+with `busy` at once, closed after `idle_timeout` without a request (pings do not count), each
+write timed (a client that keeps the server waiting is dropped), a refused request answered with
+an error before closing. Its requests are the handler's (handler.py)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import time
 
 from wyoming.error import Error
 from wyoming.event import Event, async_write_event
+from wyoming.ping import Ping
 from wyoming.server import AsyncEventHandler
 
 from .events import RequestError, read_event
-from .limits import MAX_CLIENTS, Connections, NotReading
+from .limits import Connections, NotReading
 
 log = logging.getLogger("hayakoe_pi.wyoming")
 
 DRAIN_BEFORE_CLOSE_SECONDS = 2.0
-IDLE_SECONDS = 120.0  # a client that sends nothing for this long is disconnected
 SEND_BUFFER_BYTES = 64 * 1024  # per client in the kernel (and as much in the transport): audio waiting to be read
 
 
@@ -31,6 +31,7 @@ class Connection(AsyncEventHandler):
         super().__init__(reader, writer)
         self.connections = connections
         peer = writer.get_extra_info("peername")
+        self.host = str(peer[0]) if isinstance(peer, tuple) else str(peer)  # what the limit per address counts
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         sock = writer.get_extra_info("socket")
         if sock is not None:  # a client that stops reading holds little, and is found out soon
@@ -41,29 +42,30 @@ class Connection(AsyncEventHandler):
 
     async def run(self) -> None:
         log.debug("wyoming: %s connected", self.peer)
-        if self.connections.count >= MAX_CLIENTS:
+        refusal = self.connections.admit(self.host)
+        if refusal is not None:
             # at once: a burst held open here would use up the daemon's file descriptors
-            log.warning("wyoming: %s refused: %d clients connected already", self.peer, self.connections.count)
             try:
-                await self.write_event(Error(text=f"busy: {MAX_CLIENTS} clients connected; try again later",
-                                             code="busy").event())
+                await self.write_event(Error(text=refusal, code="busy").event())
             except (ConnectionError, OSError):
                 pass
             self.writer.close()
             return
-        self.connections.count += 1
+        idle_timeout = self.connections.idle_timeout
+        idle_until = time.monotonic() + idle_timeout
         try:
             while True:
                 try:
                     try:
-                        event = await asyncio.wait_for(read_event(self.reader), IDLE_SECONDS)
+                        event = await asyncio.wait_for(read_event(self.reader), idle_until - time.monotonic())
                     except asyncio.TimeoutError:
-                        log.info("wyoming: %s idle for %g s: disconnected", self.peer, IDLE_SECONDS)
+                        log.info("wyoming: %s sent no request for %g s (pings do not count): disconnected",
+                                 self.peer, idle_timeout)
                         break
-                    if event is None:
+                    if event is None or not await self.handle_event(event):
                         break
-                    if not await self.handle_event(event):
-                        break
+                    if not Ping.is_type(event.type):  # a ping alone must not hold a connection forever
+                        idle_until = time.monotonic() + idle_timeout
                 except RequestError as e:
                     log.warning("wyoming: %s: %s", self.peer, e)
                     self._abandon_stream()
@@ -80,7 +82,7 @@ class Connection(AsyncEventHandler):
             self._abandon_stream()
             await self._close_with_error(f"internal error: {type(e).__name__}: {e}", "internal-error")
         finally:
-            self.connections.count -= 1
+            self.connections.leave(self.host)
             self._abandon_stream()
             self.writer.close()
             log.debug("wyoming: %s disconnected", self.peer)

@@ -1,12 +1,18 @@
-"""What the Wyoming clients may take between them: connections, syntheses at once, and how
-long the server waits for a client to read (the port is open to the whole LAN)."""
+"""What the Wyoming clients may take between them: connections (in all and per address), syntheses
+at once, and how long the server waits for a client to read (the port is open to the whole LAN)."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+log = logging.getLogger("hayakoe_pi.wyoming")
 
 MAX_CLIENTS = 16  # connections at once; more are refused at once, with an error
+# one address may hold this many of them: another address finds a free one unless four hosts take all theirs
+MAX_CLIENTS_PER_PEER = 4
 POLL_SECONDS = 0.02  # how often a synthesis is looked at to free its slot
 
 
@@ -16,13 +22,39 @@ class NotReading(ConnectionError):
 
 @dataclass
 class Connections:
-    """Shared by every handler (all run on the server's one loop): how many clients are
-    connected, and the syntheses allowed at once (the rest wait in order)."""
+    """Shared by every handler (all run on the server's one loop): the clients connected, by
+    address, and the syntheses allowed at once (the rest wait in order)."""
 
     max_syntheses: int = 2
     write_timeout: float = 30.0
+    idle_timeout: float = 120.0  # without a request (pings do not count)
     count: int = 0
+    peers: Counter = field(default_factory=Counter)
+    _refusing: set = field(default_factory=set)  # the limits whose refusals were logged already
     _syntheses: asyncio.Semaphore | None = None
+
+    def admit(self, host: str) -> str | None:
+        """Count a new connection from `host`, or the reason it is refused (logged once, not again
+        until a connection under that limit closes)."""
+        if self.count >= MAX_CLIENTS:
+            limit, reason = None, f"{MAX_CLIENTS} clients connected"
+        elif self.peers[host] >= MAX_CLIENTS_PER_PEER:
+            limit, reason = host, f"{MAX_CLIENTS_PER_PEER} connections from {host}"
+        else:
+            self.count += 1
+            self.peers[host] += 1
+            return None
+        if limit not in self._refusing:
+            self._refusing.add(limit)
+            log.warning("wyoming: refusing %s: %s already (logged once until one closes)", host, reason)
+        return f"busy: {reason}; try again later"
+
+    def leave(self, host: str) -> None:
+        self.count -= 1
+        self.peers[host] -= 1
+        if not self.peers[host]:
+            del self.peers[host]
+        self._refusing.difference_update({None, host})
 
     @property
     def syntheses(self) -> asyncio.Semaphore:
