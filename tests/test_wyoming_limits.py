@@ -3,6 +3,7 @@ it or read a trickle, a burst over the connection limits, connections held open 
 Home Assistant and MQTT must still be served."""
 
 import socket
+import threading
 import time
 
 import pytest
@@ -99,6 +100,9 @@ def test_at_most_max_syntheses_run_at_once_and_the_rest_wait_in_order():
 
 # --- one host must not hold the port: per-peer limit, slow readers, idle lifetime ---------------
 
+TRICKLE_TEXT = ("冷蔵庫のドアが開いています。閉めてください。" * 50)[:990]  # minutes of audio
+
+
 def connect_from(address: str, port: int, receive_buffer: int | None = None) -> socket.socket:
     """A connection from `address` (any of 127/8 is this host on Linux): another peer to the server."""
     s = socket.socket()
@@ -120,6 +124,52 @@ def next_event(s: socket.socket, timeout: float):
         return read_event(f)
 
 
+class Trickle(threading.Thread):
+    """A client that asks for a long text, then takes `size` bytes of it every `every` seconds."""
+
+    def __init__(self, port: int, address: str, every: float, size: int = 64 * 1024,
+                 receive_buffer: int | None = None):
+        super().__init__(daemon=True)
+        self.sock = connect_from(address, port, receive_buffer)
+        self.every, self.size = every, size
+        self.closed_at: float | None = None  # when the server closed the connection
+        self._stop = threading.Event()
+        ask(self.sock, Synthesize(text=TRICKLE_TEXT).event())
+        self.start()
+
+    def run(self):
+        self.sock.settimeout(120)
+        try:
+            while not self._stop.is_set():
+                wanted = self.size
+                while wanted > 0:
+                    data = self.sock.recv(wanted)
+                    if not data:
+                        raise ConnectionResetError
+                    wanted -= len(data)
+                self._stop.wait(self.every)
+        except OSError:
+            if not self._stop.is_set():
+                self.closed_at = time.monotonic()
+
+    def close(self):
+        self._stop.set()
+        self.sock.close()
+
+
+def audio_start_within(port: int, address: str, seconds: float) -> str:
+    """Ask for a short text from `address`: the first event's type if it comes within `seconds`."""
+    with connect_from(address, port) as s:
+        ask(s, Synthesize(text="お風呂が沸きました。").event())
+        try:
+            event = next_event(s, seconds)
+        except TimeoutError:
+            return f"nothing within {seconds:g} s"
+        if event is None:
+            return "closed"
+        return event.type if event.type != "error" else f"error: {event.data}"
+
+
 @pytest.fixture(scope="module")
 def strict_app(tmp_path_factory):
     """Short limits: a client may keep the server waiting 8 s, and must send a request every 3 s.
@@ -131,6 +181,22 @@ def strict_app(tmp_path_factory):
         app.wyoming_port = port
         wait_for(lambda: "wyoming: serving on" in app.daemon.output(), 30, what="the Wyoming server")
         yield app
+
+
+def test_a_client_taking_the_audio_slower_than_half_real_time_is_dropped(strict_app):
+    """16 KiB a second is a fifth of real time: each write waits about 4 s (the time the client
+    takes to make room for the next), less than write_timeout_s, yet the client falls further
+    behind with every read, and is dropped."""
+    port = strict_app.wyoming_port
+    trickle = Trickle(port, "127.0.0.3", every=1, size=16 * 1024, receive_buffer=16 * 1024)
+    try:
+        wait_for(lambda: trickle.closed_at is not None, 45, what="the trickling reader to be dropped")
+        log = strict_app.daemon.output()
+        assert log.count("took the audio slower than 0.5x real time: disconnected") == 1, log[-3000:]
+        assert "stopped reading" not in log
+        assert audio_start_within(port, "127.0.0.3", 5) == "audio-start"
+    finally:
+        trickle.close()
 
 
 def pong_or_closed(s: socket.socket) -> bool:

@@ -40,6 +40,9 @@ class Connection(AsyncEventHandler):
     def _abandon_stream(self) -> None:
         """Stop what a request left running (the handler's streamed synthesis)."""
 
+    def _waited(self, seconds: float) -> None:
+        """The client kept a write waiting this long (the handler counts it against the request)."""
+
     async def run(self) -> None:
         log.debug("wyoming: %s connected", self.peer)
         refusal = self.connections.admit(self.host)
@@ -88,13 +91,18 @@ class Connection(AsyncEventHandler):
             log.debug("wyoming: %s disconnected", self.peer)
 
     async def write_event(self, event: Event) -> None:
-        """Send an event; a client that has not read for `write_timeout` seconds is dropped
-        (ConnectionError), so it cannot hold its connection and a synthesis forever."""
+        """Send an event; a client that has not read for `write_timeout` seconds, or takes a
+        request's audio too slowly (limits.ReadPace), is dropped (NotReading): it cannot hold its connection."""
+        started = time.monotonic()
         try:
             await asyncio.wait_for(async_write_event(event, self.writer), self.connections.write_timeout)
+            self._waited(time.monotonic() - started)
         except asyncio.TimeoutError:
             self.writer.transport.abort()
             raise NotReading(f"stopped reading for {self.connections.write_timeout:g} s") from None
+        except NotReading:
+            self.writer.transport.abort()
+            raise
 
     async def _close_with_error(self, text: str, code: str) -> None:
         """Send an error, say nothing more is coming, and let the client read it before closing."""

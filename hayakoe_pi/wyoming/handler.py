@@ -36,7 +36,7 @@ from ..speech import Choice, SpeechError, SpeechService
 from .announce import LANGUAGES
 from .connection import Connection
 from .events import RequestError
-from .limits import Connections
+from .limits import Connections, ReadPace
 
 log = logging.getLogger("hayakoe_pi.wyoming")
 
@@ -61,6 +61,7 @@ class AudioOut:
     """The audio stream of the request being answered."""
 
     rate: int
+    pace: ReadPace
     started: bool = False
     samples_sent: int = 0
     play_end: float = 0.0  # when the client will have played what was sent, if it plays on arrival
@@ -104,6 +105,10 @@ class Handler(Connection):
             log.info("wyoming: %s: streamed request abandoned", self.peer)
         elif not task.cancelled() and task.exception() is not None:  # the cause was logged already
             log.debug("wyoming: %s: streamed synthesis ended with %r", self.peer, task.exception())
+
+    def _waited(self, seconds: float) -> None:
+        if self.out is not None:
+            self.out.pace.waited_for(seconds, self.out.samples_sent)
 
     # events --------------------------------------------------------------------------
 
@@ -170,7 +175,7 @@ class Handler(Connection):
         text = self._checked_now(self.speech.check_text, event.data.get("text"))
         choice = await self._choose(event.data)
         started = time.monotonic()
-        self.out = AudioOut(choice.sample_rate)
+        self.out = self._audio_out(choice)
         cached, _ = await self._speak(text, choice, errors=True)
         await self._end_audio()
         log.info("wyoming: %s: spoke %d characters with %s/%s%s in %.2f s", self.peer, len(text),
@@ -180,7 +185,7 @@ class Handler(Connection):
         if self.stream is not None:
             raise RequestError("synthesize-start: a streamed request is already open", "bad-sequence")
         choice = await self._choose(event.data)
-        self.out = AudioOut(choice.sample_rate)
+        self.out = self._audio_out(choice)
         self.stream = StreamedRequest(choice)
         self.stream.task = asyncio.create_task(self._stream_speak(self.stream))
         log.debug("wyoming: %s: streamed request with %s/%s", self.peer, choice.voice, choice.style)
@@ -236,6 +241,9 @@ class Handler(Connection):
         return spoken
 
     # audio ---------------------------------------------------------------------------
+
+    def _audio_out(self, choice: Choice) -> AudioOut:
+        return AudioOut(choice.sample_rate, ReadPace(choice.sample_rate, self.connections.write_timeout))
 
     async def _send_audio(self, audio: np.ndarray) -> None:
         out = self.out

@@ -13,11 +13,30 @@ log = logging.getLogger("hayakoe_pi.wyoming")
 MAX_CLIENTS = 16  # connections at once; more are refused at once, with an error
 # one address may hold this many of them: another address finds a free one unless four hosts take all theirs
 MAX_CLIENTS_PER_PEER = 4
+# a request's audio must be taken at half real time at least (Home Assistant reads as fast as the
+# network goes, a player at real time); write_timeout of lag is forgiven
+MIN_READ_RATE = 0.5
 POLL_SECONDS = 0.02  # how often a synthesis is looked at to free its slot
 
 
 class NotReading(ConnectionError):
-    """The client has not taken what was sent for write_timeout seconds."""
+    """The client has not taken what was sent for write_timeout seconds, or takes it too slowly."""
+
+
+@dataclass
+class ReadPace:
+    """How long one request's client has kept the server waiting to take its audio."""
+
+    rate: int  # samples per second
+    grace: float  # write_timeout
+    waited: float = 0.0
+
+    def waited_for(self, seconds: float, samples_sent: int) -> None:
+        """Count a wait; NotReading once the client is behind MIN_READ_RATE by more than the grace.
+        Only time waiting for the client counts, never the time synthesis takes."""
+        self.waited += seconds
+        if self.waited > self.grace + samples_sent / self.rate / MIN_READ_RATE:
+            raise NotReading(f"took the audio slower than {MIN_READ_RATE:g}x real time")
 
 
 @dataclass
