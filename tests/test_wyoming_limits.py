@@ -66,23 +66,37 @@ def test_clients_that_never_read_are_dropped_and_others_still_served(app):
             s.close()
 
 
+class Synthesis:
+    """What a turn looks at of ahead.SynthesisAhead: running, and as far ahead as it may be of a
+    client that has taken fewer than `room` samples."""
+
+    def __init__(self):
+        self.synthesizing, self.room, self.told = True, 0, 0
+
+    def waits_for_reader(self, played=None):
+        return (self.told if played is None else played) < self.room
+
+    def played(self, samples):
+        self.told = samples
+
+
 def test_at_most_max_syntheses_run_at_once_and_the_rest_wait_in_order():
-    """The slots of wyoming.max_syntheses: taken in order, each freed when its synthesis ends
-    (not when its client has read everything)."""
+    """The turns of wyoming.max_syntheses: taken in order, each given back when its synthesis
+    ends or waits for a slow client (not held while the client reads), taken again in order."""
     import asyncio
-    from types import SimpleNamespace
 
     from hayakoe_pi.wyoming.limits import Connections
 
     async def scenario():
         connections = Connections(max_syntheses=2)
-        syntheses = [SimpleNamespace(synthesizing=True) for _ in range(4)]
+        syntheses = [Synthesis() for _ in range(4)]
         order = []
 
         async def request(n):
-            slot = await connections.synthesis_slot()
+            turn = await connections.synthesis_turn()
             order.append(n)
-            await connections.free_when_synthesized(syntheses[n], slot)
+            turn.follow(syntheses[n])
+            return turn
 
         tasks = [asyncio.create_task(request(n)) for n in range(4)]
         await asyncio.sleep(0.1)
@@ -90,10 +104,20 @@ def test_at_most_max_syntheses_run_at_once_and_the_rest_wait_in_order():
         syntheses[1].synthesizing = False
         await asyncio.sleep(0.1)
         assert order == [0, 1, 2]  # the first to wait goes first
+        syntheses[0].room = 100  # as far ahead as it may run: it waits for its client
+        await asyncio.sleep(0.1)
+        assert order == [0, 1, 2, 3]  # its turn went to the next in line
+        turns = await asyncio.gather(*tasks)
+        turns[0].taken(100)  # its client caught up: synthesis goes on only with a turn, in order
+        await asyncio.sleep(0.1)
+        assert syntheses[0].told == 0 and not turns[0].held
+        syntheses[2].synthesizing = False
+        await asyncio.sleep(0.1)
+        assert syntheses[0].told == 100 and turns[0].held
         for s in syntheses:
             s.synthesizing = False
-        await asyncio.gather(*tasks)
-        assert order == [0, 1, 2, 3]
+        await asyncio.sleep(0.1)
+        assert not any(t.held for t in turns) and not connections.turns.locked()
 
     asyncio.run(scenario())
 
@@ -168,6 +192,28 @@ def audio_start_within(port: int, address: str, seconds: float) -> str:
         if event is None:
             return "closed"
         return event.type if event.type != "error" else f"error: {event.data}"
+
+
+def test_two_trickling_readers_and_16_idle_connections_from_one_host_leave_assist_served(tmp_path):
+    """The issue's case, with the defaults: two clients take 64 KiB of a long text every 15 s
+    (their syntheses run ahead until they wait for them), one host opens 16 connections and
+    says nothing; Home Assistant (another address) still gets its audio at once."""
+    port = free_port()
+    with appliance(tmp_path, wyoming={"enabled": True, "host": "127.0.0.1", "port": port, "zeroconf": False}) as app:
+        wait_for(lambda: "wyoming: serving on" in app.daemon.output(), 30, what="the Wyoming server")
+        trickles = [Trickle(port, address, every=15) for address in ("127.0.0.3", "127.0.0.4")]
+        idle = []
+        try:
+            for _ in range(16):
+                idle.append(connect_from("127.0.0.1", port))
+            time.sleep(10)  # the trickles' syntheses reach how far they may run ahead of their readers
+            assert audio_start_within(port, "127.0.0.2", 5) == "audio-start"
+            assert all(t.closed_at is None for t in trickles)  # served beside them, not after them
+        finally:
+            for s in idle:
+                s.close()
+            for t in trickles:
+                t.close()
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ to the client as 16-bit mono PCM.
     handler.py     one client connection: its requests and their audio
     events.py      reading events with limits on what a client may make us buffer
     limits.py      what the clients may take between them: connections (per address too),
-                   syntheses at once, how slowly a client may read
+                   turns at synthesis, how slowly a client may read
     announce.py    the zeroconf announcement
 """
 

@@ -277,14 +277,14 @@ class Handler(Connection):
         `errors` true that raises RequestError. `lead` (silence) goes out just
         before the first audio.
         """
-        slot = await self.connections.synthesis_slot()
+        turn = await self.connections.synthesis_turn()
         try:
             utterance = await self._blocking(self.speech.utterance, text, choice)
         except BaseException:
-            slot.cancel()
+            turn.give_back()
             raise
         ahead = utterance.ahead
-        asyncio.get_running_loop().create_task(self.connections.free_when_synthesized(ahead, slot))
+        turn.follow(ahead)
         index = samples = 0
         last = None
         sent_all = False
@@ -305,13 +305,14 @@ class Handler(Connection):
                 await self._send_audio(piece.audio)
                 last = piece.audio
                 index, samples = index + 1, samples + piece.audio.size
-                ahead.played(samples)
+                turn.taken(samples)
         except (TextError, ValueError) as e:
             if errors:
                 raise RequestError(f"cannot speak this text: {e}", "bad-text") from None
             log.info("wyoming: %s: skipped %r: %s", self.peer, text[:40], e)
             return None
         finally:
+            turn.close()  # given back once synthesis stops (at once if it waits for this client)
             if sent_all:  # store it (file I/O, in the pool)
                 await self._blocking(utterance.close, True)
             else:  # also when the client went away: synthesis stops after the step in progress
