@@ -170,6 +170,13 @@ class SynthesisAhead:
             self._played = samples
             self._cond.notify_all()
 
+    def waits_for_reader(self, played: int | None = None) -> bool:
+        """Synthesis is as far ahead of a reader at `played` samples (default: as last told) as it
+        may be, so it waits and computes nothing (the Wyoming server gives up its turn meanwhile)."""
+        with self._cond:
+            played = self._played if played is None else played
+            return not self._done and self._produced - played > self._limit
+
     def unplayed(self) -> int:
         """Samples synthesized that the reader has not taken yet."""
         with self._cond:

@@ -159,6 +159,7 @@ class WyomingConfig:
     zeroconf: bool = True
     max_syntheses: int = setting(2, 1, 16)
     write_timeout_s: float = setting(30.0, 1.0, 600.0)
+    idle_timeout_s: float = setting(120.0, 1.0, 3600.0)
 
 
 @dataclass(frozen=True)

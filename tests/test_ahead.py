@@ -101,9 +101,10 @@ def test_synthesis_runs_at_most_the_bound_ahead_of_playback():
     ahead = SynthesisAhead(endless(), SR, ahead_seconds=3.0)
     time.sleep(0.3)
     assert len(ahead.pieces) == 4  # 4 s produced, then it waits: more than 3 s ahead
+    assert ahead.waits_for_reader() and not ahead.waits_for_reader(played=SR)  # 1 s taken: it would go on
     ahead.played(2 * SR)
     time.sleep(0.3)
-    assert len(ahead.pieces) == 6
+    assert len(ahead.pieces) == 6 and ahead.waits_for_reader()
     ahead.cancel()
     ahead.join(2)
     assert not ahead._thread.is_alive() and not ahead.complete

@@ -261,13 +261,13 @@ def test_port_in_use_is_retried_without_ending_the_server(caplog):
 
 
 def test_idle_clients_are_dropped_and_too_many_refused(monkeypatch):
-    import hayakoe_pi.wyoming.handler as handler
+    import hayakoe_pi.wyoming.limits as limits
     from hayakoe_pi.wyoming import WyomingServer
 
-    monkeypatch.setattr(handler, "IDLE_SECONDS", 0.5)
-    monkeypatch.setattr(handler, "MAX_CLIENTS", 1)
+    monkeypatch.setattr(limits, "MAX_CLIENTS", 1)
     port = free_port()
-    server = WyomingServer(WyomingConfig(enabled=True, host="127.0.0.1", port=port, zeroconf=False), speech=None)
+    server = WyomingServer(WyomingConfig(enabled=True, host="127.0.0.1", port=port, zeroconf=False,
+                                         idle_timeout_s=1.0), speech=None)
     server.start()
 
     async def go():
@@ -328,7 +328,7 @@ def test_the_server_in_process_answers_with_the_speech_services_audio(tmp_path):
 def test_config_defaults_and_checks(tmp_path):
     defaults = load_config(None).wyoming
     assert dataclasses.asdict(defaults) == {"enabled": False, "host": "0.0.0.0", "port": 10200, "zeroconf": True,
-                                            "max_syntheses": 2, "write_timeout_s": 30.0}
+                                            "max_syntheses": 2, "write_timeout_s": 30.0, "idle_timeout_s": 120.0}
     path = tmp_path / "c.yaml"
     path.write_text("wyoming:\n  enabled: true\n  port: 70000\n")
     with pytest.raises(Exception, match="wyoming.port must be between"):

@@ -1,12 +1,15 @@
 """The Wyoming port as anyone on the LAN can use it: clients that ask for audio and never read
-it, a burst over the connection limit; Home Assistant and MQTT must still be served."""
+it or read a trickle, a burst over the connection limits, connections held open with pings;
+Home Assistant and MQTT must still be served."""
 
 import socket
+import threading
 import time
 
 import pytest
 from wyoming.client import AsyncTcpClient
-from wyoming.event import write_event
+from wyoming.event import read_event, write_event
+from wyoming.ping import Ping
 from wyoming.tts import Synthesize
 
 from harness import appliance, free_port, wait_for
@@ -24,11 +27,9 @@ def app(tmp_path):
         yield app
 
 
-def never_reads(port: int) -> socket.socket:
+def never_reads(port: int, address: str = "127.0.0.1") -> socket.socket:
     """Connect with a tiny receive window, ask for a long text, and never read a byte."""
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.connect(("127.0.0.1", port))
+    s = connect_from(address, port, receive_buffer=4096)
     with s.makefile("wb") as out:
         write_event(Synthesize(text=LONG).event(), out)
     return s
@@ -47,38 +48,55 @@ async def served_in(port: int, text: str) -> float:
 def test_clients_that_never_read_are_dropped_and_others_still_served(app):
     import asyncio
 
-    bad = [never_reads(app.wyoming_port) for _ in range(20)]
+    # 4 from each of 5 addresses (the most one address may hold): the last 4 are over the limit of all
+    bad = [never_reads(app.wyoming_port, f"127.0.0.{11 + n // 4}") for n in range(20)]
     try:
         log = app.daemon.output
-        wait_for(lambda: log().count("clients connected already") == 4, 5, what="the 4 over the limit refused")
+        wait_for(lambda: "refusing 127.0.0.15: 16 clients connected already" in log(), 5,
+                 what="the 4 over the limit refused")
         # the 16 let in are dropped once they have not read for write_timeout_s
         wait_for(lambda: log().count("stopped reading for 2 s: disconnected") == 16, 60,
                  what="the clients that never read to be dropped")
         seconds = asyncio.run(served_in(app.wyoming_port, "お風呂が沸きました。"))
         assert seconds < 2.0, seconds
+        assert log().count("refusing") == 1  # logged once, not per refusal
         assert app.probe.reply("say", {"text": "玄関の鍵が開いています。", "id": "mqtt"})["event"] == "finished"
     finally:
         for s in bad:
             s.close()
 
 
+class Synthesis:
+    """What a turn looks at of ahead.SynthesisAhead: running, and as far ahead as it may be of a
+    client that has taken fewer than `room` samples."""
+
+    def __init__(self):
+        self.synthesizing, self.room, self.told = True, 0, 0
+
+    def waits_for_reader(self, played=None):
+        return (self.told if played is None else played) < self.room
+
+    def played(self, samples):
+        self.told = samples
+
+
 def test_at_most_max_syntheses_run_at_once_and_the_rest_wait_in_order():
-    """The slots of wyoming.max_syntheses: taken in order, each freed when its synthesis ends
-    (not when its client has read everything)."""
+    """The turns of wyoming.max_syntheses: taken in order, each given back when its synthesis
+    ends or waits for a slow client (not held while the client reads), taken again in order."""
     import asyncio
-    from types import SimpleNamespace
 
     from hayakoe_pi.wyoming.limits import Connections
 
     async def scenario():
         connections = Connections(max_syntheses=2)
-        syntheses = [SimpleNamespace(synthesizing=True) for _ in range(4)]
+        syntheses = [Synthesis() for _ in range(4)]
         order = []
 
         async def request(n):
-            slot = await connections.synthesis_slot()
+            turn = await connections.synthesis_turn()
             order.append(n)
-            await connections.free_when_synthesized(syntheses[n], slot)
+            turn.follow(syntheses[n])
+            return turn
 
         tasks = [asyncio.create_task(request(n)) for n in range(4)]
         await asyncio.sleep(0.1)
@@ -86,9 +104,186 @@ def test_at_most_max_syntheses_run_at_once_and_the_rest_wait_in_order():
         syntheses[1].synthesizing = False
         await asyncio.sleep(0.1)
         assert order == [0, 1, 2]  # the first to wait goes first
+        syntheses[0].room = 100  # as far ahead as it may run: it waits for its client
+        await asyncio.sleep(0.1)
+        assert order == [0, 1, 2, 3]  # its turn went to the next in line
+        turns = await asyncio.gather(*tasks)
+        turns[0].taken(100)  # its client caught up: synthesis goes on only with a turn, in order
+        await asyncio.sleep(0.1)
+        assert syntheses[0].told == 0 and not turns[0].held
+        syntheses[2].synthesizing = False
+        await asyncio.sleep(0.1)
+        assert syntheses[0].told == 100 and turns[0].held
         for s in syntheses:
             s.synthesizing = False
-        await asyncio.gather(*tasks)
-        assert order == [0, 1, 2, 3]
+        await asyncio.sleep(0.1)
+        assert not any(t.held for t in turns) and not connections.turns.locked()
 
     asyncio.run(scenario())
+
+
+# --- one host must not hold the port: per-peer limit, slow readers, idle lifetime ---------------
+
+TRICKLE_TEXT = ("冷蔵庫のドアが開いています。閉めてください。" * 50)[:990]  # minutes of audio
+
+
+def connect_from(address: str, port: int, receive_buffer: int | None = None) -> socket.socket:
+    """A connection from `address` (any of 127/8 is this host on Linux): another peer to the server."""
+    s = socket.socket()
+    if receive_buffer:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    s.bind((address, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def ask(s: socket.socket, event) -> None:
+    with s.makefile("wb") as out:
+        write_event(event, out)
+
+
+def next_event(s: socket.socket, timeout: float):
+    s.settimeout(timeout)
+    with s.makefile("rb", buffering=0) as f:  # unbuffered: nothing read past this event
+        return read_event(f)
+
+
+class Trickle(threading.Thread):
+    """A client that asks for a long text, then takes `size` bytes of it every `every` seconds."""
+
+    def __init__(self, port: int, address: str, every: float, size: int = 64 * 1024,
+                 receive_buffer: int | None = None):
+        super().__init__(daemon=True)
+        self.sock = connect_from(address, port, receive_buffer)
+        self.every, self.size = every, size
+        self.closed_at: float | None = None  # when the server closed the connection
+        self._stop = threading.Event()
+        ask(self.sock, Synthesize(text=TRICKLE_TEXT).event())
+        self.start()
+
+    def run(self):
+        self.sock.settimeout(120)
+        try:
+            while not self._stop.is_set():
+                wanted = self.size
+                while wanted > 0:
+                    data = self.sock.recv(wanted)
+                    if not data:
+                        raise ConnectionResetError
+                    wanted -= len(data)
+                self._stop.wait(self.every)
+        except OSError:
+            if not self._stop.is_set():
+                self.closed_at = time.monotonic()
+
+    def close(self):
+        self._stop.set()
+        self.sock.close()
+
+
+def audio_start_within(port: int, address: str, seconds: float) -> str:
+    """Ask for a short text from `address`: the first event's type if it comes within `seconds`."""
+    with connect_from(address, port) as s:
+        ask(s, Synthesize(text="お風呂が沸きました。").event())
+        try:
+            event = next_event(s, seconds)
+        except TimeoutError:
+            return f"nothing within {seconds:g} s"
+        if event is None:
+            return "closed"
+        return event.type if event.type != "error" else f"error: {event.data}"
+
+
+def test_two_trickling_readers_and_16_idle_connections_from_one_host_leave_assist_served(tmp_path):
+    """The issue's case, with the defaults: two clients take 64 KiB of a long text every 15 s
+    (their syntheses run ahead until they wait for them), one host opens 16 connections and
+    says nothing; Home Assistant (another address) still gets its audio at once."""
+    port = free_port()
+    with appliance(tmp_path, wyoming={"enabled": True, "host": "127.0.0.1", "port": port, "zeroconf": False}) as app:
+        wait_for(lambda: "wyoming: serving on" in app.daemon.output(), 30, what="the Wyoming server")
+        trickles = [Trickle(port, address, every=15) for address in ("127.0.0.3", "127.0.0.4")]
+        idle = []
+        try:
+            for _ in range(16):
+                idle.append(connect_from("127.0.0.1", port))
+            time.sleep(10)  # the trickles' syntheses reach how far they may run ahead of their readers
+            assert audio_start_within(port, "127.0.0.2", 5) == "audio-start"
+            assert all(t.closed_at is None for t in trickles)  # served beside them, not after them
+        finally:
+            for s in idle:
+                s.close()
+            for t in trickles:
+                t.close()
+
+
+@pytest.fixture(scope="module")
+def strict_app(tmp_path_factory):
+    """Short limits: a client may keep the server waiting 8 s, and must send a request every 3 s.
+    Its tests use addresses of their own."""
+    port = free_port()
+    wyoming = {"enabled": True, "host": "127.0.0.1", "port": port, "zeroconf": False,
+               "write_timeout_s": 8, "idle_timeout_s": 3}
+    with appliance(tmp_path_factory.mktemp("strict"), wyoming=wyoming) as app:
+        app.wyoming_port = port
+        wait_for(lambda: "wyoming: serving on" in app.daemon.output(), 30, what="the Wyoming server")
+        yield app
+
+
+def test_a_client_taking_the_audio_slower_than_half_real_time_is_dropped(strict_app):
+    """16 KiB a second is a fifth of real time: each write waits about 4 s (the time the client
+    takes to make room for the next), less than write_timeout_s, yet the client falls further
+    behind with every read, and is dropped."""
+    port = strict_app.wyoming_port
+    trickle = Trickle(port, "127.0.0.3", every=1, size=16 * 1024, receive_buffer=16 * 1024)
+    try:
+        wait_for(lambda: trickle.closed_at is not None, 45, what="the trickling reader to be dropped")
+        log = strict_app.daemon.output()
+        assert log.count("took the audio slower than 0.5x real time: disconnected") == 1, log[-3000:]
+        assert "stopped reading" not in log
+        assert audio_start_within(port, "127.0.0.3", 5) == "audio-start"
+    finally:
+        trickle.close()
+
+
+def pong_or_closed(s: socket.socket) -> bool:
+    """Ping: True for the pong, False if the server has closed the connection."""
+    try:
+        ask(s, Ping(text="hi").event())
+        event = next_event(s, 5)
+    except ConnectionError:
+        return False
+    assert event is None or event.type == "pong", event
+    return event is not None
+
+
+def test_pings_do_not_keep_an_idle_connection_open(strict_app):
+    """A client that only pings is closed idle_timeout_s after it connected (or its last request)."""
+    port = strict_app.wyoming_port
+    with connect_from("127.0.0.4", port) as s:
+        peer = "%s:%d" % s.getsockname()
+        started = time.monotonic()
+        while pong_or_closed(s):
+            assert time.monotonic() - started < 20, "pinging every second kept the connection open for 20 s"
+            time.sleep(1)
+        assert time.monotonic() - started < 3 + 5
+    assert strict_app.daemon.output().count(f"{peer} sent no request for 3 s (pings do not count)") == 1
+
+
+def test_a_fifth_connection_from_one_address_is_refused_another_address_is_served(strict_app):
+    """4 of the 16 connections per address: a host cannot take them all."""
+    port = strict_app.wyoming_port
+    four = [connect_from("127.0.0.5", port) for _ in range(4)]
+    try:
+        for s in four:  # each is served
+            ask(s, Ping().event())
+            assert next_event(s, 5).type == "pong"
+        with connect_from("127.0.0.5", port) as fifth:
+            refused = next_event(fifth, 5)
+            assert refused is not None and refused.type == "error" and refused.data["code"] == "busy", refused
+            assert "127.0.0.5" in refused.data["text"]
+        with connect_from("127.0.0.6", port) as other:
+            ask(other, Ping().event())
+            assert next_event(other, 5).type == "pong"
+    finally:
+        for s in four:
+            s.close()

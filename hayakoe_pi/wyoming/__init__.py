@@ -12,11 +12,13 @@ to the client as 16-bit mono PCM.
     ping                          -> pong
     anything else                 -> error (the connection stays open)
 
-    server.py    the server's thread, loop and listening socket; Info
-    handler.py   one client connection: its requests and their audio
-    events.py    reading events with limits on what a client may make us buffer
-    limits.py    what the clients may take between them: connections, syntheses, time to read
-    announce.py  the zeroconf announcement
+    server.py      the server's thread, loop and listening socket; Info
+    connection.py  one connection's life under the limits: admitted, idle, writes timed
+    handler.py     one client connection: its requests and their audio
+    events.py      reading events with limits on what a client may make us buffer
+    limits.py      what the clients may take between them: connections (per address too),
+                   turns at synthesis, how slowly a client may read
+    announce.py    the zeroconf announcement
 """
 
 from .announce import SERVICE_TYPE, instance_name, service_info

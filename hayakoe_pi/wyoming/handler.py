@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import socket
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -25,10 +24,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
-from wyoming.event import Event, async_write_event
+from wyoming.event import Event
 from wyoming.info import Describe
 from wyoming.ping import Ping, Pong
-from wyoming.server import AsyncEventHandler
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
 from ..audio import to_pcm16
@@ -36,15 +34,13 @@ from ..engine import TextError
 from ..sentences import SENTENCE_ENDS, split_sentences
 from ..speech import Choice, SpeechError, SpeechService
 from .announce import LANGUAGES
-from .events import RequestError, read_event
-from .limits import MAX_CLIENTS, Connections, NotReading
+from .connection import Connection
+from .events import RequestError
+from .limits import Connections, ReadPace
 
 log = logging.getLogger("hayakoe_pi.wyoming")
 
 SAMPLES_PER_CHUNK = 1024  # per audio-chunk event (23 ms at 44.1 kHz)
-DRAIN_BEFORE_CLOSE_SECONDS = 2.0
-IDLE_SECONDS = 120.0  # a client that sends nothing for this long is disconnected
-SEND_BUFFER_BYTES = 64 * 1024  # per client in the kernel (and as much in the transport): audio waiting to be read
 WAIT_SECONDS = 0.02  # how often a waiting sentence is looked at again
 _SENTENCE_END_RE = re.compile(f"[{SENTENCE_ENDS}]")
 
@@ -65,6 +61,7 @@ class AudioOut:
     """The audio stream of the request being answered."""
 
     rate: int
+    pace: ReadPace
     started: bool = False
     samples_sent: int = 0
     play_end: float = 0.0  # when the client will have played what was sent, if it plays on arrival
@@ -82,18 +79,13 @@ class StreamedRequest:
     had_text: bool = False  # a piece with text was handed to synthesis
 
 
-class Handler(AsyncEventHandler):
-    """One client connection."""
+class Handler(Connection):
+    """One client connection: its requests and their audio."""
 
     def __init__(self, reader, writer, speech: SpeechService, pool: Executor, connections: Connections,
                  describe):
-        super().__init__(reader, writer)
-        self.speech, self.pool, self.connections, self.describe = speech, pool, connections, describe
-        peer = writer.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        sock = writer.get_extra_info("socket")
-        if sock is not None:  # a client that stops reading holds little, and is found out soon
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+        super().__init__(reader, writer, connections)
+        self.speech, self.pool, self.describe = speech, pool, describe
         self.out: AudioOut | None = None
         self.stream: StreamedRequest | None = None
 
@@ -101,52 +93,6 @@ class Handler(AsyncEventHandler):
         return await asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
 
     # connection ----------------------------------------------------------------------
-
-    async def run(self) -> None:
-        log.debug("wyoming: %s connected", self.peer)
-        if self.connections.count >= MAX_CLIENTS:
-            # at once: a burst held open here would use up the daemon's file descriptors
-            log.warning("wyoming: %s refused: %d clients connected already", self.peer, self.connections.count)
-            try:
-                await self.write_event(Error(text=f"busy: {MAX_CLIENTS} clients connected; try again later",
-                                             code="busy").event())
-            except (ConnectionError, OSError):
-                pass
-            self.writer.close()
-            return
-        self.connections.count += 1
-        try:
-            while True:
-                try:
-                    try:
-                        event = await asyncio.wait_for(read_event(self.reader), IDLE_SECONDS)
-                    except asyncio.TimeoutError:
-                        log.info("wyoming: %s idle for %g s: disconnected", self.peer, IDLE_SECONDS)
-                        break
-                    if event is None:
-                        break
-                    if not await self.handle_event(event):
-                        break
-                except RequestError as e:
-                    log.warning("wyoming: %s: %s", self.peer, e)
-                    self._abandon_stream()
-                    await self._close_with_error(str(e), e.code)
-                    return
-        except NotReading as e:
-            log.warning("wyoming: %s %s: disconnected", self.peer, e)
-        except (ConnectionError, OSError) as e:
-            log.warning("wyoming: %s went away: %s", self.peer, e.strerror or type(e).__name__)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # a bug must not end the server
-            log.exception("wyoming: internal error with %s", self.peer)
-            self._abandon_stream()
-            await self._close_with_error(f"internal error: {type(e).__name__}: {e}", "internal-error")
-        finally:
-            self.connections.count -= 1
-            self._abandon_stream()
-            self.writer.close()
-            log.debug("wyoming: %s disconnected", self.peer)
 
     def _abandon_stream(self) -> None:
         """Stop the synthesis of a streamed request that will not be finished."""
@@ -160,29 +106,9 @@ class Handler(AsyncEventHandler):
         elif not task.cancelled() and task.exception() is not None:  # the cause was logged already
             log.debug("wyoming: %s: streamed synthesis ended with %r", self.peer, task.exception())
 
-    async def write_event(self, event: Event) -> None:
-        """Send an event; a client that has not read for `write_timeout` seconds is dropped
-        (ConnectionError), so it cannot hold its connection and a synthesis forever."""
-        try:
-            await asyncio.wait_for(async_write_event(event, self.writer), self.connections.write_timeout)
-        except asyncio.TimeoutError:
-            self.writer.transport.abort()
-            raise NotReading(f"stopped reading for {self.connections.write_timeout:g} s") from None
-
-    async def _close_with_error(self, text: str, code: str) -> None:
-        """Send an error, say nothing more is coming, and let the client read it before closing."""
-        try:
-            await self.write_event(Error(text=text, code=code).event())
-            if self.writer.can_write_eof():
-                self.writer.write_eof()
-            # read what the client still sends, so closing does not reset the connection
-            # (which could discard the error before the client reads it)
-            deadline = time.monotonic() + DRAIN_BEFORE_CLOSE_SECONDS
-            while (left := deadline - time.monotonic()) > 0:
-                if not await asyncio.wait_for(self.reader.read(65536), left):
-                    break
-        except (asyncio.TimeoutError, ConnectionError, OSError):
-            pass
+    def _waited(self, seconds: float) -> None:
+        if self.out is not None:
+            self.out.pace.waited_for(seconds, self.out.samples_sent)
 
     # events --------------------------------------------------------------------------
 
@@ -249,7 +175,7 @@ class Handler(AsyncEventHandler):
         text = self._checked_now(self.speech.check_text, event.data.get("text"))
         choice = await self._choose(event.data)
         started = time.monotonic()
-        self.out = AudioOut(choice.sample_rate)
+        self.out = self._audio_out(choice)
         cached, _ = await self._speak(text, choice, errors=True)
         await self._end_audio()
         log.info("wyoming: %s: spoke %d characters with %s/%s%s in %.2f s", self.peer, len(text),
@@ -259,7 +185,7 @@ class Handler(AsyncEventHandler):
         if self.stream is not None:
             raise RequestError("synthesize-start: a streamed request is already open", "bad-sequence")
         choice = await self._choose(event.data)
-        self.out = AudioOut(choice.sample_rate)
+        self.out = self._audio_out(choice)
         self.stream = StreamedRequest(choice)
         self.stream.task = asyncio.create_task(self._stream_speak(self.stream))
         log.debug("wyoming: %s: streamed request with %s/%s", self.peer, choice.voice, choice.style)
@@ -316,6 +242,9 @@ class Handler(AsyncEventHandler):
 
     # audio ---------------------------------------------------------------------------
 
+    def _audio_out(self, choice: Choice) -> AudioOut:
+        return AudioOut(choice.sample_rate, ReadPace(choice.sample_rate, self.connections.write_timeout))
+
     async def _send_audio(self, audio: np.ndarray) -> None:
         out = self.out
         if not out.started:
@@ -348,14 +277,14 @@ class Handler(AsyncEventHandler):
         `errors` true that raises RequestError. `lead` (silence) goes out just
         before the first audio.
         """
-        slot = await self.connections.synthesis_slot()
+        turn = await self.connections.synthesis_turn()
         try:
             utterance = await self._blocking(self.speech.utterance, text, choice)
         except BaseException:
-            slot.cancel()
+            turn.give_back()
             raise
         ahead = utterance.ahead
-        asyncio.get_running_loop().create_task(self.connections.free_when_synthesized(ahead, slot))
+        turn.follow(ahead)
         index = samples = 0
         last = None
         sent_all = False
@@ -376,13 +305,14 @@ class Handler(AsyncEventHandler):
                 await self._send_audio(piece.audio)
                 last = piece.audio
                 index, samples = index + 1, samples + piece.audio.size
-                ahead.played(samples)
+                turn.taken(samples)
         except (TextError, ValueError) as e:
             if errors:
                 raise RequestError(f"cannot speak this text: {e}", "bad-text") from None
             log.info("wyoming: %s: skipped %r: %s", self.peer, text[:40], e)
             return None
         finally:
+            turn.close()  # given back once synthesis stops (at once if it waits for this client)
             if sent_all:  # store it (file I/O, in the pool)
                 await self._blocking(utterance.close, True)
             else:  # also when the client went away: synthesis stops after the step in progress

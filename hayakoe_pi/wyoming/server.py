@@ -60,7 +60,7 @@ class WyomingServer:
         self.listening = threading.Event()
         self._stop: asyncio.Event | None = None
         self._stop_requested = threading.Event()
-        self.connections = Connections(config.max_syntheses, config.write_timeout_s)
+        self.connections = Connections(config.max_syntheses, config.write_timeout_s, config.idle_timeout_s)
         self._thread = threading.Thread(target=self._run, name="wyoming", daemon=True)
 
     # lifecycle (called from the daemon's threads)
