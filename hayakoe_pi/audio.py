@@ -201,7 +201,7 @@ class Player:
         `source` is a SynthesisAhead, or an iterable of float32 chunks. The
         device is opened once the first sentence can flow. `progress()` is
         called after every block written: a sign of life for the watchdog,
-        since a wedged device blocks the write. `start_at` (Unix time): the
+        since a wedged device blocks the write. `start_at` (time.monotonic()): the
         first sound plays then, with silence (the lead-in included) written
         before it; if the first sentence cannot flow by then, as soon as it
         can. `on_start(late)` once the first sound is due: how many seconds
@@ -225,8 +225,7 @@ class Player:
         held = np.zeros(0, dtype=np.float32)
         index = played = 0
         in_sentence = False  # the last piece written did not end its sentence
-        # start_at on this process's steady clock: the wall clock may be stepped meanwhile (NTP)
-        start = None if start_at is None else time.monotonic() + (start_at - time.time())
+        start = start_at
         ahead.played(0)
         try:
             if prelude is not None and prelude.size:

@@ -340,7 +340,7 @@ class Daemon:
                 rescan_devices()  # a card plugged in (again) meanwhile is found
             try:
                 return self.player.play(ahead, sr, volume, stop=self.cut, progress=self._note_progress,
-                                        start_at=request.at, on_start=started, prelude=chime)
+                                        start_at=request.at_steady, on_start=started, prelude=chime)
             except AudioError as e:
                 wait = self.config.audio.retry_seconds
                 if attempt == AUDIO_ATTEMPTS:

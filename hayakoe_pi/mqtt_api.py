@@ -28,6 +28,8 @@ EVENT_TEXT_CHARS = 200  # events quote at most this much of the text
 MAX_ID_CHARS = 128
 # "at" (Unix time) further ahead than this is refused: a room waiting for it holds its queue
 AT_MAX_AHEAD_SECONDS = 60.0
+# "sent" above this is not a Unix time in seconds (it is the year 5138): milliseconds, most likely
+SENT_MAX = 1e11
 MAX_AGE_RANGE = (1.0, 7 * 86400.0)  # "max_age", seconds
 PAYLOAD_OVERHEAD_BYTES = 4096  # JSON fields around the text
 
@@ -58,11 +60,14 @@ class SayRequest:
     volume: float | None = None  # 0..1
     interrupt: bool = False
     at: float | None = None  # Unix time to start the sound at (rooms in step); None: as soon as it can
+    at_steady: float | None = None  # `at` on time.monotonic(), fixed on arrival: a wall clock stepped meanwhile moves nothing
     max_age: float | None = None  # seconds; None: queue.max_age_s
     sent: float | None = None  # Unix time the sender sent it, when it says so
     chime: bool | str | None = None  # True: this Pi's chime, False: none, a WAV in audio.chime_dir; None: as set
     alert: bool = False  # "priority": "alert"
     received: float = 0.0  # Unix time this Pi first received it (kept across restarts)
+    age_at_receipt: float = 0.0  # seconds old when this run received it (from `sent`, or an earlier run's receipt)
+    received_steady: float = 0.0  # time.monotonic() when this run received it: its age grows on the steady clock
     digest: str = ""  # of the payload's bytes (poison; a receipt's key, with packet_id)
     packet_id: int = 0  # the broker's, on the intake (0: QoS 0, or not from the broker)
     redelivered: bool = False  # the broker hands it over again (DUP): its first receipt may be older
@@ -154,6 +159,8 @@ def _parse_json(raw: str, service: SpeechService, chime_file=None) -> SayRequest
             request.interrupt = data["interrupt"]
         if data.get("at") is not None:
             request.at = parse_at(data["at"])
+            if request.at is not None:
+                request.at_steady = time.monotonic() + (request.at - time.time())
         if data.get("max_age") is not None:
             request.max_age = check_number(data["max_age"], "max_age (seconds)", *MAX_AGE_RANGE)
         if data.get("chime") is not None:
@@ -163,7 +170,7 @@ def _parse_json(raw: str, service: SpeechService, chime_file=None) -> SayRequest
                 raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}")
             request.alert = data["priority"] == "alert"
         if data.get("sent") is not None:
-            request.sent = check_number(data["sent"], "sent (a Unix time in seconds)", 0, math.inf)
+            request.sent = parse_sent(data["sent"])
     except SpeechError as e:
         raise PayloadError(str(e), rid, quoted, _code(e)) from None
     except ValueError as e:
@@ -189,6 +196,16 @@ def parse_at(value, now: float | None = None) -> float | None:
         raise ValueError(f"at is {at - now:.0f} s ahead of this device's clock; at most "
                          f"{AT_MAX_AHEAD_SECONDS:g} s is accepted (is the sender's clock right?)")
     return at if at > now else None
+
+
+def parse_sent(value) -> float:
+    """The "sent" field: a Unix time in seconds; one in milliseconds is refused (its age would be
+    negative: the message would never expire)."""
+    sent = check_number(value, "sent (a Unix time in seconds)", 0, math.inf)
+    if sent > SENT_MAX:
+        raise ValueError(f"sent must be a Unix time in seconds, got {sent:.0f}: milliseconds? "
+                         f"(in Home Assistant: {{{{ now().timestamp() }}}}, or {sent / 1000:.0f})")
+    return sent
 
 
 def parse_volume(payload: bytes) -> float:
