@@ -20,7 +20,7 @@ class CommandLane:
         self._run, self._batch = run, batch
         self._waiting: deque = deque()
         self._cond = threading.Condition()
-        self._closed = False
+        self.closed = False
         self._full_logged = False  # once per time it fills, not once per command refused
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -28,7 +28,7 @@ class CommandLane:
     def offer(self, item) -> bool:
         """Queue `item`; False, at once, when `limit` items are waiting (or the lane is closed)."""
         with self._cond:
-            if self._closed:
+            if self.closed:
                 return False
             full = len(self._waiting) >= self.limit
             if not full:
@@ -44,17 +44,17 @@ class CommandLane:
     def close(self) -> None:
         """What is waiting is dropped (the daemon is going down); what runs ends on its own."""
         with self._cond:
-            self._closed = True
+            self.closed = True
             self._waiting.clear()
             self._cond.notify_all()
 
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._waiting and not self._closed:
+                while not self._waiting and not self.closed:
                     self._full_logged = False  # all done: a queue full again later is logged again
                     self._cond.wait()
-                if self._closed:
+                if self.closed:
                     return
                 items = [self._waiting.popleft() for _ in range(min(self._batch, len(self._waiting)))]
             self._run(items)

@@ -47,8 +47,8 @@ class Commands:
     def _queue(self, lane: CommandLane, item, what: str, payload: bytes | None) -> None:
         if not lane.offer(item):  # the lane logs it, once per time it fills
             text = payload.decode("utf-8", errors="replace") if payload is not None else None
-            self.reports.event(error_event(f"{what}: busy, {lane.limit} waiting; try again later",
-                                           text=text, code="busy"))
+            why = "the daemon is stopping" if lane.closed else f"{lane.limit} waiting"
+            self.reports.event(error_event(f"{what}: busy, {why}; try again later", text=text, code="busy"))
 
     def stop(self) -> None:
         self._settings.close()
