@@ -66,7 +66,8 @@ class Daemon:
                                     voice_cfg.style_weight, config.queue.max_text_chars, words,
                                     config.cache.dictionary_dir)
         audio = config.audio
-        self.player = Player(audio.device, lead_in_ms=audio.lead_in_ms, keep_open_s=audio.keep_open_s)
+        self.player = Player(audio.device, lead_in_ms=audio.lead_in_ms, keep_open_s=audio.keep_open_s,
+                             latency_ms=audio.latency_ms)
         self.chimes = Chimes(audio.chime, audio.chime_dir)
         self.announcements = AnnouncementSettings(state.with_name("announcements.json"), audio.chime, audio.quiet(),
                                                   config_mtime)
@@ -324,6 +325,8 @@ class Daemon:
         A retry starts the utterance over, from what was synthesized meanwhile.
         """
         starts = []  # with "at", `started` comes when the card opens, saying how late it is
+        # on the steady clock: the wall clock may be stepped meanwhile (NTP)
+        start_at = None if request.at is None else time.monotonic() + (request.at - time.time())
 
         def started(late: float) -> None:
             if request.at is not None and not starts:
@@ -336,7 +339,7 @@ class Daemon:
                 rescan_devices()  # a card plugged in (again) meanwhile is found
             try:
                 return self.player.play(ahead, sr, volume, stop=self.cut, progress=self._note_progress,
-                                        start_at=request.at, on_start=started, prelude=chime)
+                                        start_at=start_at, on_start=started, prelude=chime)
             except AudioError as e:
                 wait = self.config.audio.retry_seconds
                 if attempt == AUDIO_ATTEMPTS:
