@@ -198,6 +198,12 @@ class Player:
         self._progress = None
         self._kept: KeptOpen | None = None
 
+    @classmethod
+    def for_config(cls, audio) -> "Player":
+        """The player config.audio (an AudioConfig) describes."""
+        return cls(audio.device, lead_in_ms=audio.lead_in_ms, keep_open_s=audio.keep_open_s,
+                   latency_ms=audio.latency_ms)
+
     def play(self, source, sample_rate: int, volume: float = 1.0, stop=None, progress=None,
              start_at: float | None = None, on_start=None, prelude=None) -> bool:
         """Play everything; False if `stop` (a threading.Event) cut it short.

@@ -66,8 +66,7 @@ class Daemon:
                                     voice_cfg.style_weight, config.queue.max_text_chars, words,
                                     config.cache.dictionary_dir)
         audio = config.audio
-        self.player = Player(audio.device, lead_in_ms=audio.lead_in_ms, keep_open_s=audio.keep_open_s,
-                             latency_ms=audio.latency_ms)
+        self.player = Player.for_config(audio)
         self.chimes = Chimes(audio.chime, audio.chime_dir)
         self.announcements = AnnouncementSettings(state.with_name("announcements.json"), audio.chime, audio.quiet(),
                                                   config_mtime)
@@ -325,8 +324,7 @@ class Daemon:
         A retry starts the utterance over, from what was synthesized meanwhile.
         """
         starts = []  # with "at", `started` comes when the card opens, saying how late it is
-        # on the steady clock: the wall clock may be stepped meanwhile (NTP)
-        start_at = None if request.at is None else time.monotonic() + (request.at - time.time())
+        start_at = None if request.at is None else time.monotonic() + request.at - time.time()  # NTP may step
 
         def started(late: float) -> None:
             if request.at is not None and not starts:
