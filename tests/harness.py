@@ -149,15 +149,18 @@ class AlsaSink:
     `period_bytes` is a card with a deeper buffer.
 
     In front of the pipe, ALSA's file plugin holds back one ALSA buffer (1915
-    frames = 7660 bytes at PortAudio's default latency) and writes it out only
-    at the writer's next write or at drain: a hole's `pos` lies that much
-    before the late write, and data after a gap of no more than `flush_bytes`
-    followed by EOF is that drain, the end of the stream, not a hole.
+    frames = 7660 bytes at PortAudio's default latency, `held_back_bytes`) and
+    writes it out only at the writer's next write or at drain: a hole's `pos`
+    lies that much before the late write, and data after a gap of no more than
+    `flush_bytes` followed by EOF is that drain, the end of the stream, not a
+    hole. A card plays its buffer before it runs dry: so does this one, in
+    `heard_at` (what comes first after a hole is heard on the old schedule).
     """
 
     def __init__(self, workdir: Path, sample_rate: int = 44100, bytes_per_frame: int = 4,
                  paced: bool = True, buffer_bytes: int = 16384, period_bytes: int = 4096,
-                 tick: float = 0.004, min_hole: float = 0.002, flush_bytes: int = 8192):
+                 tick: float = 0.004, min_hole: float = 0.002, flush_bytes: int = 8192,
+                 held_back_bytes: int = 7660):
         self.home = workdir / "home"
         self.home.mkdir(parents=True, exist_ok=True)
         self.fifo = workdir / "alsa.fifo"
@@ -165,7 +168,7 @@ class AlsaSink:
         self.sample_rate, self.bytes_per_frame, self.paced = sample_rate, bytes_per_frame, paced
         self.rate = sample_rate * bytes_per_frame if paced else float("inf")
         self.buffer_bytes, self.period_bytes, self.tick = buffer_bytes, period_bytes, tick
-        self.min_hole, self.flush_bytes = min_hole, flush_bytes
+        self.min_hole, self.flush_bytes, self.held_back_bytes = min_hole, flush_bytes, held_back_bytes
         self.holes: list[Hole] = []
         self.opens: list[SinkOpen] = []
         self._size = 0  # bytes in raw
@@ -234,6 +237,8 @@ class AlsaSink:
         card_end = None     # when the card will have played all it took; its clock starts at the first byte
         empty_since = None  # the pipe was found empty at this moment, and no data came since
         pending = None      # a hole, until enough data follows it to tell it from the drain at the end
+        held_back = 0       # after a hole: bytes of the buffer the file plugin held back, still to come
+        dry = False         # the card ran dry: it starts again once the held-back buffer has come
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         with open(self.raw, "ab") as out:
@@ -281,11 +286,18 @@ class AlsaSink:
                         if pending:
                             self.holes.append(pending)
                         pending = Hole(self._size, now - max(card_end, empty_since), now)
-                    card_end = now
+                    held_back, dry = self.held_back_bytes if self.paced else 0, True
                 # else a late reader (this process busy) found data waiting: a card plays it on time
-                self._heard[0].append(self._size)
-                self._heard[1].append(card_end)  # the card plays it once it has played all it took before
-                card_end += len(block) / self.rate
+                early = min(held_back, len(block))  # played before the card ran dry
+                held_back -= early
+                if early:
+                    self._heard_from(self._size, card_end)
+                    card_end += early / self.rate
+                if early < len(block):
+                    if dry:
+                        card_end, dry = max(card_end, now), False
+                    self._heard_from(self._size + early, card_end)
+                    card_end += (len(block) - early) / self.rate
                 empty_since = None
                 out.write(block)
                 out.flush()
@@ -295,6 +307,11 @@ class AlsaSink:
                     pending = None
                 if self.paced:
                     time.sleep(self.tick)
+
+    def _heard_from(self, pos: int, when: float) -> None:
+        """The card plays byte `pos` on at `when` (once it has played all it took before)."""
+        self._heard[0].append(pos)
+        self._heard[1].append(when)
 
     def heard_at(self, pos: int) -> float:
         """When (time.monotonic()) the card played byte `pos` of raw: what is heard then."""

@@ -35,8 +35,8 @@ def house(tmp_path_factory):
 def heard_in_step(house, names, rid: str) -> None:
     heard = say_at(house, names, time.time() + AHEAD, rid)
     lateness = {name: round(late, 4) for name, (_, late) in heard.items()}
-    print(f"{rid}: heard {lateness} s after at")
     holes = {name: house.rooms[name].sink.holes for name in names}  # the daemon late: it could be the cause
+    print(f"{rid}: heard {lateness} s after at; holes {holes}")
     assert max(lateness.values()) - min(lateness.values()) <= IN_STEP, (lateness, holes)
     assert all(abs(late) <= IN_STEP for late in lateness.values()), (lateness, holes)
 
