@@ -280,8 +280,8 @@ class AlsaSink:
                     self._shrunk = self._shrink(fd)
                 if card_end is None:
                     rec.first_data = card_end = now
-                elif now > card_end and (empty_since is not None or not self.paced):
-                    # dry: the pipe was empty, the writer was late
+                elif not dry and now > card_end and (empty_since is not None or not self.paced):
+                    # dry: the pipe was empty, the writer was late (dry already: the same hole goes on)
                     if self.paced and now - max(card_end, empty_since) >= self.min_hole:
                         if pending:
                             self.holes.append(pending)
@@ -902,14 +902,16 @@ def say_at(house, names, at: float, rid: str, text: str = "夕ご飯ができま
 
 def message_before(house, name: str) -> None:
     """A message to room `name` (its card then kept open, full of silence, if it keeps it),
-    and half a second more of the card's sound, so that none of the message is left in it."""
+    and half a second more of the card's sound (or the card closed), so that none of the
+    message is left in it."""
     room = house.rooms[name]
     rid = f"before-{time.monotonic_ns()}"
     house.sender.publish(f"{name}/say", {"text": "準備します。", "id": rid})
     room.probe.next_event(event="finished", id=rid, timeout=60)
     size = room.sink.raw.stat().st_size
     half_second = room.sink.sample_rate * room.sink.bytes_per_frame // 2
-    wait_for(lambda: room.sink.raw.stat().st_size >= size + half_second, 10, what="half a second more")
+    wait_for(lambda: room.sink.raw.stat().st_size >= size + half_second
+             or (room.sink.opens and room.sink.opens[-1].eof is not None), 10, what="half a second more")
 
 
 class NotifySocket:
