@@ -4,6 +4,7 @@
     python bench/run.py --models /work/bench-models/full [--out bench/out] [--repeats 3]
     python bench/run.py playback --models ...   # holes, pause stretch, underruns (bench/playback.py)
     python bench/run.py memory --models ...     # a first start inside a memory limit (bench/memory.py)
+    python bench/run.py in-step                 # rooms' first samples as heard after "at" (bench/in_step.py)
 
 For each text and implementation it starts a fresh Python process that imports
 the implementation, loads BERT and the voice, speaks the text once untimed
@@ -229,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["playback"]:  # speech as heard on a real-time card: bench/playback.py
         from playback import main as playback
         return playback(argv[1:])
+    if argv[:1] == ["in-step"]:  # rooms' first samples as heard after "at": bench/in_step.py
+        from in_step import main as in_step
+        return in_step(argv[1:])
     if argv[:1] == ["memory"]:  # a first start inside a memory limit: bench/memory.py
         from memory import main as memory
         return memory(argv[1:])

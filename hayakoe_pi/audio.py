@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .card import KeptOpen
+from .card import Card, KeptOpen
 
 
 def to_pcm16(audio: np.ndarray) -> np.ndarray:
@@ -179,20 +179,30 @@ class Player:
     utterance the card stays open for `keep_open_s`, fed with silence by a
     thread of its own (a daemon thread: it never keeps a process alive), so the
     next utterance needs no lead-in; then it is closed, free for others.
+
+    `latency_ms`: how much later than the card's buffer says the card is heard
+    (a receiver's or amplifier's own delay): sound due at a time starts that much sooner.
     """
 
     BLOCK = 2048  # frames per write: how often a stop request is noticed
     WAIT_SECONDS = 0.02  # silence written at a time while the next sentence is not ready
 
     def __init__(self, device: str | int | None = "default", fade_ms: float = 8.0, lead_in_ms: float = 0.0,
-                 keep_open_s: float = 0.0):
+                 keep_open_s: float = 0.0, latency_ms: float = 0.0):
         self.device = device
+        self.latency = latency_ms / 1000
         self.fade_ms = fade_ms
         self.lead_in = lead_in_ms / 1000
         self.keep_open_s = keep_open_s
         self.underruns = 0  # times the card ran dry during the last play()
         self._progress = None
         self._kept: KeptOpen | None = None
+
+    @classmethod
+    def for_config(cls, audio) -> "Player":
+        """The player config.audio (an AudioConfig) describes."""
+        return cls(audio.device, lead_in_ms=audio.lead_in_ms, keep_open_s=audio.keep_open_s,
+                   latency_ms=audio.latency_ms)
 
     def play(self, source, sample_rate: int, volume: float = 1.0, stop=None, progress=None,
              start_at: float | None = None, on_start=None, prelude=None) -> bool:
@@ -201,11 +211,12 @@ class Player:
         `source` is a SynthesisAhead, or an iterable of float32 chunks. The
         device is opened once the first sentence can flow. `progress()` is
         called after every block written: a sign of life for the watchdog,
-        since a wedged device blocks the write. `start_at` (time.monotonic()): the
-        first sound plays then, with silence (the lead-in included) written
-        before it; if the first sentence cannot flow by then, as soon as it
-        can. `on_start(late)` once the first sound is due: how many seconds
-        after `start_at` it starts (0.0 on time, or without `start_at`).
+        since a wedged device blocks the write. `start_at` (time.monotonic()):
+        the first sound is heard then, with silence (the lead-in included)
+        written before it, less what the card still holds; if the first sentence
+        cannot flow by then, as soon as it can. `on_start(late)` once the first
+        sound is due: how many seconds after `start_at` it is heard (0.0 on time,
+        or without `start_at`).
         `prelude` (float32 samples, a chime): played at once, before the
         first sentence can flow; speech follows it once it can flow.
         """
@@ -281,22 +292,23 @@ class Player:
                 self._write_tail(stream, held, ramp)
             return True
         except sd.PortAudioError as e:
-            self._close(stream)
+            if stream is not None:
+                stream.close()
             stream = None
             raise AudioError(f"audio device {self.device!r} failed while playing: {e}") from None
         finally:
-            self._release(stream, sample_rate)
+            self._release(stream)
 
-    def _begin(self, sd, stream, start: float | None, sample_rate: int, stop, on_start):
+    def _begin(self, sd, stream: Card | None, start: float | None, sample_rate: int, stop, on_start):
         """The card (opened if it is not) and silence on it until the first sound is due:
-        the lead-in after an open, and until `start` (time.monotonic()); then `on_start(how
-        late the sound starts: 0.0 on time)`. (stream, False) if stopped meanwhile."""
+        the lead-in after an open, and until it is heard at `start` (time.monotonic()); then
+        `on_start(how late it is heard: 0.0 on time)`. (stream, False) if stopped meanwhile."""
         lead = 0.0
         if stream is None:
             stream = self._open(sd, sample_rate)
             lead = self.lead_in
-        now = time.monotonic()
-        wait = max(lead, 0.0 if start is None else start - now)
+        # what is written now is heard once the card has played what it holds (a kept card's silence)
+        wait = max(lead, 0.0 if start is None else start - stream.heard_next())
         frames = int(round(wait * sample_rate))
         block = np.zeros(min(frames, self.BLOCK), dtype=np.float32)
         while frames > 0:
@@ -305,7 +317,8 @@ class Player:
                 return stream, False
             frames -= n
         if on_start:
-            on_start(0.0 if start is None else max(0.0, now + wait - start))
+            # to the millisecond: the silence is written in whole frames
+            on_start(0.0 if start is None else max(0.0, round(stream.heard_next() - start, 3)))
         return stream, True
 
     def _open(self, sd, sample_rate: int):
@@ -315,7 +328,7 @@ class Player:
         except (ValueError, sd.PortAudioError) as e:
             raise AudioError(f"cannot open audio device {self.device!r}: {e}") from None
         stream.start()
-        return stream
+        return Card(stream, sample_rate, self.latency)
 
     def _take_kept(self, sample_rate: int):
         """The card still open from the last utterance (its silence stopped), or None."""
@@ -323,36 +336,26 @@ class Player:
         if kept is None:
             return None
         stream = kept.take()
-        if stream is not None and kept.sample_rate != sample_rate:
-            self._close(stream, drain=True)
+        if stream is not None and stream.sample_rate != sample_rate:
+            stream.close(drain=True)
             return None
         return stream
 
-    def _release(self, stream, sample_rate: int) -> None:
+    def _release(self, stream: Card | None) -> None:
         """After an utterance: keep the card open, fed with silence, or close it."""
         if stream is None:
             return
         if self.keep_open_s > 0:
-            self._kept = KeptOpen(stream, sample_rate, self.keep_open_s, self.WAIT_SECONDS, self._close)
+            self._kept = KeptOpen(stream, self.keep_open_s, self.WAIT_SECONDS)
         else:
-            self._close(stream, drain=True)
-
-    @staticmethod
-    def _close(stream, drain: bool = False) -> None:
-        if stream is None:
-            return
-        if drain:
-            try:
-                stream.stop()  # returns once the buffered audio has been played
-            except Exception:  # a card gone meanwhile: nothing left to play
-                pass
-        stream.close(ignore_errors=True)
+            stream.close(drain=True)
 
     def close(self) -> None:
         """Close a card kept open (at shutdown)."""
         kept, self._kept = self._kept, None
-        if kept is not None:
-            self._close(kept.take(), drain=True)
+        stream = kept.take() if kept is not None else None
+        if stream is not None:
+            stream.close(drain=True)
 
     def _write(self, stream, data: np.ndarray, stop, written=None) -> int:
         """Frames written before `stop` was set (all of them if it was not); `written(n)` after each block."""

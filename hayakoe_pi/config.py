@@ -118,6 +118,9 @@ class AudioConfig:
     lead_in_ms: float = setting(300.0, 0.0, 5000.0)
     # after a message the card stays open, fed with silence, this long: the next one needs no lead-in
     keep_open_s: float = setting(10.0, 0.0, 3600.0)
+    # how much later the card is heard than its buffer says (a receiver's or amplifier's own
+    # delay): "at" starts this much sooner here, to keep rooms in step (snapcast's client latency)
+    latency_ms: float = setting(0.0, -1000.0, 2000.0)
     chime: str = "none"  # none, default (made in code) or a path to a 16-bit WAV file
     chime_dir: str = "/etc/hayakoe-pi/chimes"  # the WAV files a message's "chime" may name
     quiet_hours: dict | None = None  # {from: "22:00", to: "07:00", volume: 30}, local time

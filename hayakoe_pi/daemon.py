@@ -67,7 +67,7 @@ class Daemon:
                                     voice_cfg.style_weight, config.queue.max_text_chars, words,
                                     config.cache.dictionary_dir)
         audio = config.audio
-        self.player = Player(audio.device, lead_in_ms=audio.lead_in_ms, keep_open_s=audio.keep_open_s)
+        self.player = Player.for_config(audio)
         self.chimes = Chimes(audio.chime, audio.chime_dir)
         self.announcements = AnnouncementSettings(state.with_name("announcements.json"), audio.chime, audio.quiet(),
                                                   config_mtime)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import errno
 import fcntl
 import itertools
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -142,18 +143,24 @@ class AlsaSink:
     so playback takes as long as on a real card, and when the card runs dry
     while the pipe is empty (the writer was late) that is recorded in `holes`.
     Everything played lands in `raw` (float32 mono, nothing inserted for holes);
-    every open of the device in `opens`.
+    every open of the device in `opens`; when each byte was heard in `heard_at`.
+    What the card holds, never reported to ALSA (its null pcm takes everything
+    at once), is the pipe plus the `period_bytes` it has taken ahead: a larger
+    `period_bytes` is a card with a deeper buffer.
 
     In front of the pipe, ALSA's file plugin holds back one ALSA buffer (1915
-    frames = 7660 bytes at PortAudio's default latency) and writes it out only
-    at the writer's next write or at drain: a hole's `pos` lies that much
-    before the late write, and data after a gap of no more than `flush_bytes`
-    followed by EOF is that drain, the end of the stream, not a hole.
+    frames = 7660 bytes at PortAudio's default latency, `held_back_bytes`) and
+    writes it out only at the writer's next write or at drain: a hole's `pos`
+    lies that much before the late write, and data after a gap of no more than
+    `flush_bytes` followed by EOF is that drain, the end of the stream, not a
+    hole. A card plays its buffer before it runs dry: so does this one, in
+    `heard_at` (what comes first after a hole is heard on the old schedule).
     """
 
     def __init__(self, workdir: Path, sample_rate: int = 44100, bytes_per_frame: int = 4,
                  paced: bool = True, buffer_bytes: int = 16384, period_bytes: int = 4096,
-                 tick: float = 0.004, min_hole: float = 0.002, flush_bytes: int = 8192):
+                 tick: float = 0.004, min_hole: float = 0.002, flush_bytes: int = 8192,
+                 held_back_bytes: int = 7660):
         self.home = workdir / "home"
         self.home.mkdir(parents=True, exist_ok=True)
         self.fifo = workdir / "alsa.fifo"
@@ -161,10 +168,11 @@ class AlsaSink:
         self.sample_rate, self.bytes_per_frame, self.paced = sample_rate, bytes_per_frame, paced
         self.rate = sample_rate * bytes_per_frame if paced else float("inf")
         self.buffer_bytes, self.period_bytes, self.tick = buffer_bytes, period_bytes, tick
-        self.min_hole, self.flush_bytes = min_hole, flush_bytes
+        self.min_hole, self.flush_bytes, self.held_back_bytes = min_hole, flush_bytes, held_back_bytes
         self.holes: list[Hole] = []
         self.opens: list[SinkOpen] = []
         self._size = 0  # bytes in raw
+        self._heard: tuple[list[int], list[float]] = ([], [])  # a block's offset in raw, when it began to play
         os.mkfifo(self.fifo)
         self.raw.write_bytes(b"")
         self.set_named_device(None)
@@ -229,6 +237,8 @@ class AlsaSink:
         card_end = None     # when the card will have played all it took; its clock starts at the first byte
         empty_since = None  # the pipe was found empty at this moment, and no data came since
         pending = None      # a hole, until enough data follows it to tell it from the drain at the end
+        held_back = 0       # after a hole: bytes of the buffer the file plugin held back, still to come
+        dry = False         # the card ran dry: it starts again once the held-back buffer has come
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         with open(self.raw, "ab") as out:
@@ -270,14 +280,24 @@ class AlsaSink:
                     self._shrunk = self._shrink(fd)
                 if card_end is None:
                     rec.first_data = card_end = now
-                elif now > card_end:
-                    # dry; only the writer's fault if the pipe was empty (a late reader found data waiting)
-                    if self.paced and empty_since is not None and now - max(card_end, empty_since) >= self.min_hole:
+                elif not dry and now > card_end and (empty_since is not None or not self.paced):
+                    # dry: the pipe was empty, the writer was late (dry already: the same hole goes on)
+                    if self.paced and now - max(card_end, empty_since) >= self.min_hole:
                         if pending:
                             self.holes.append(pending)
                         pending = Hole(self._size, now - max(card_end, empty_since), now)
-                    card_end = now
-                card_end += len(block) / self.rate
+                    held_back, dry = self.held_back_bytes if self.paced else 0, True
+                # else a late reader (this process busy) found data waiting: a card plays it on time
+                early = min(held_back, len(block))  # played before the card ran dry
+                held_back -= early
+                if early:
+                    self._heard_from(self._size, card_end)
+                    card_end += early / self.rate
+                if early < len(block):
+                    if dry:
+                        card_end, dry = max(card_end, now), False
+                    self._heard_from(self._size + early, card_end)
+                    card_end += (len(block) - early) / self.rate
                 empty_since = None
                 out.write(block)
                 out.flush()
@@ -287,6 +307,33 @@ class AlsaSink:
                     pending = None
                 if self.paced:
                     time.sleep(self.tick)
+
+    def _heard_from(self, pos: int, when: float) -> None:
+        """The card plays byte `pos` on at `when` (once it has played all it took before)."""
+        self._heard[0].append(pos)
+        self._heard[1].append(when)
+
+    def heard_at(self, pos: int) -> float:
+        """When (time.monotonic()) the card played byte `pos` of raw: what is heard then."""
+        i = bisect.bisect_right(self._heard[0], pos) - 1
+        assert i >= 0, f"byte {pos} not played yet"
+        return self._heard[1][i] + (pos - self._heard[0][i]) / self.rate
+
+    def first_heard(self, after: int, timeout: float = 10) -> float:
+        """When (time.monotonic()) the first sound from byte `after` on was heard (waits for it)."""
+        pos = wait_for(lambda: self.first_sound(after), timeout, what="a sound to be played")
+        return self.heard_at(pos)
+
+    def first_sound(self, after: int) -> int | None:
+        """Offset in raw of the first non-zero sample from byte `after` on (None: silence only)."""
+        import numpy as np
+
+        with open(self.raw, "rb") as f:
+            f.seek(after)
+            data = f.read()
+        pcm = np.frombuffer(data[:len(data) // 4 * 4], dtype="<f4")
+        nonzero = np.flatnonzero(pcm)
+        return after + int(nonzero[0]) * self.bytes_per_frame if nonzero.size else None
 
     def holes_in_speech(self, min_seconds: float = 0.0) -> list[Hole]:
         """Holes with sound within 10 ms of them (the engine's pauses are exact zeros)."""
@@ -802,6 +849,69 @@ def appliance(work: Path, make_probe=None, sink_kwargs: dict | None = None, env:
     finally:
         probe.close()
         broker.stop()
+
+
+@contextmanager
+def rooms(work: Path, cards: dict[str, tuple[dict, dict]], repo: Path = REPO):
+    """A broker and a daemon a room, each on its own real-time test card: `cards` is
+    {device.id: (AlsaSink options, audio config)}. Yields a namespace: `rooms` by name
+    (sink, probe, daemon) and `sender`, a probe to publish with."""
+    with ExitStack() as stack:
+        broker = Mosquitto(work / "broker").start()
+        stack.callback(broker.stop)
+        prefix = f"hk{broker.port}"
+        found = {}
+        for name, (sink_kwargs, audio) in cards.items():
+            (work / name).mkdir()
+            sink = AlsaSink(work / name, **sink_kwargs)
+            stack.callback(sink.stop)
+            probe = Probe(broker.port, prefix, device=name)
+            stack.callback(probe.close)
+            config = write_config(work / name / "config.yaml", broker.port, prefix, work / name,
+                                  device={"id": name}, mqtt={"client_id": None}, audio=audio)
+            daemon = DaemonProcess(config, sink.home, work / name / "daemon.log", repo=repo)
+            stack.callback(daemon.stop)
+            found[name] = SimpleNamespace(name=name, sink=sink, probe=probe, daemon=daemon)
+        for room in found.values():
+            wait_for(lambda: room.probe.last("status") == b"online" or room.daemon.proc.poll() is not None, 90,
+                     what=f"{room.name} to come online")
+            assert room.daemon.proc.poll() is None, room.daemon.output()
+        sender = Probe(broker.port, prefix, device="automation")
+        stack.callback(sender.close)
+        yield SimpleNamespace(rooms=found, sender=sender, broker=broker)
+
+
+def say_at(house, names, at: float, rid: str, text: str = "夕ご飯ができました。") -> dict:
+    """Rooms `names` of `rooms()` say `text` at `at` (Unix time): {name: (its `started`
+    event, how many seconds after `at` its first sample was heard)}."""
+    picked = [house.rooms[n] for n in names]
+    for room in picked:
+        wait_for(lambda: room.probe.last("state") == b"idle", 60, what=f"{room.name} idle")
+        room.probe.drain()
+    before = {room.name: room.sink.raw.stat().st_size for room in picked}
+    for room in picked:
+        house.sender.publish(f"{room.name}/say", {"text": text, "id": rid, "at": at})
+    wall_minus_steady = time.time() - time.monotonic()
+    heard = {}
+    for room in picked:
+        started = room.probe.next_event(event="started", id=rid, timeout=30)
+        room.probe.next_event(event="finished", id=rid, timeout=30)
+        heard[room.name] = (started, room.sink.first_heard(before[room.name]) + wall_minus_steady - at)
+    return heard
+
+
+def message_before(house, name: str) -> None:
+    """A message to room `name` (its card then kept open, full of silence, if it keeps it),
+    and half a second more of the card's sound (or the card closed), so that none of the
+    message is left in it."""
+    room = house.rooms[name]
+    rid = f"before-{time.monotonic_ns()}"
+    house.sender.publish(f"{name}/say", {"text": "準備します。", "id": rid})
+    room.probe.next_event(event="finished", id=rid, timeout=60)
+    size = room.sink.raw.stat().st_size
+    half_second = room.sink.sample_rate * room.sink.bytes_per_frame // 2
+    wait_for(lambda: room.sink.raw.stat().st_size >= size + half_second
+             or (room.sink.opens and room.sink.opens[-1].eof is not None), 10, what="half a second more")
 
 
 class NotifySocket:
