@@ -626,6 +626,9 @@ def slow_cpu(pid: int, cpus: float = SLOW_CPUS):
 
 
 DEVICE = "pi"  # the device.id write_config gives a daemon
+# Home Assistant entities a Pi announces: say, state, volume, voice, style, stop, chime, quiet hours,
+# disk free, disk low
+ENTITIES = 10
 OWN_TOPICS = ("status", "state", "event", "volume", "voice", "style")  # under the device: what it publishes
 
 

@@ -12,11 +12,9 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from harness import AlsaSink, Mosquitto, Probe, appliance, free_port, settle, wait_for, write_config
+from harness import ENTITIES, AlsaSink, Mosquitto, Probe, appliance, free_port, settle, wait_for, write_config
 
 LONG_TEXT = "冷蔵庫のドアが開いています。閉めてください。" * 4
-ENTITIES = 10  # Home Assistant entities per Pi: say, state, volume, voice, style, stop, chime, quiet hours,
-# disk free, disk low
 
 
 @pytest.fixture(scope="module")

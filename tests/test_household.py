@@ -16,7 +16,7 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 from conftest import REPO
-from harness import (HEAVY_DECODER, AlsaSink, DaemonProcess, Mosquitto, Probe, cpu_cgroup_available, free_port,
+from harness import (ENTITIES, HEAVY_DECODER, AlsaSink, DaemonProcess, Mosquitto, Probe, cpu_cgroup_available, free_port,
                      slow_cpu, wait_for, write_config)
 
 RATE = 44100
@@ -109,7 +109,7 @@ def test_a_room_message_is_spoken_by_that_pi_alone(house):
 def test_each_pi_is_its_own_home_assistant_device(house):
     def configs():
         found = {t: json.loads(p) for t, p, _ in house.sender.messages if t.endswith("/config") and p}
-        return found if len(found) >= 8 * len(ROOMS) else None  # 8 entities a Pi
+        return found if len(found) >= ENTITIES * len(ROOMS) else None
 
     house.sender.client.publish("homeassistant/status", "online", qos=1).wait_for_publish(5)
     found = wait_for(configs, 15, what="every room's discovery")
@@ -119,7 +119,7 @@ def test_each_pi_is_its_own_home_assistant_device(house):
     assert all(d["suggested_area"] == d["name"] for d in devices.values())
     unique_ids = [c["unique_id"] for c in found.values()]
     entity_ids = [c["default_entity_id"] for c in found.values()]
-    assert len(set(unique_ids)) == len(set(entity_ids)) == len(found) == 24
+    assert len(set(unique_ids)) == len(set(entity_ids)) == len(found) == ENTITIES * len(ROOMS)
     for topic, config in found.items():
         room = config["device"]["identifiers"][0]
         assert config["availability_topic"] == f"{house.prefix}/{room}/status"
