@@ -104,6 +104,7 @@ class BrokerLink:
         self._broker_away = False  # a reconnect failed since that drop
         self._quick_drops = 0
         self.clash = False  # the broker keeps handing our session to another device
+        self._retained_seen: set[str] = set()  # command topics whose retained copy was said to be ignored
         self.client = self._make(client_id, self._connected, self._command)
         self.client.will_set(topics.status, "offline", qos=1, retain=True)
         self.client.max_queued_messages_set(1000)
@@ -237,21 +238,29 @@ class BrokerLink:
                         self.where)
 
     def _command(self, client, userdata, message) -> None:
-        if message.retain and message.topic == self.topics.stop:
-            # The broker hands a retained command out again on every (re)subscription,
-            # i.e. after each reconnect: it is an old message, not a new request.
-            log.warning("ignoring a retained message on %s (publish commands without retain)", message.topic)
+        if message.retain and message.topic != self.topics.ha_status:
+            # The broker hands a retained command out again on every (re)subscription, i.e. after
+            # each reconnect: an old message, not a new command (a stop would cancel the queue
+            # again). Home Assistant's birth message is retained on purpose.
+            self._ignore_retained(message.topic)
             return
         try:
             self._on_command(message.topic, message.payload)
         except Exception:  # never let one message kill the network thread
             log.exception("error while handling a message on %s", message.topic)
 
+    def _ignore_retained(self, topic: str) -> None:
+        """Said once per topic: not at every reconnect, where the broker hands the copy out again."""
+        if topic not in self._retained_seen:
+            self._retained_seen.add(topic)
+            log.warning("ignoring a retained message on %s (publish commands without retain; clear it "
+                        "with an empty retained message)", topic)
+
     def _request(self, client, userdata, message) -> None:
         key = (message.mid, message.topic, hashlib.sha1(message.payload).digest())
         ack = functools.partial(self._ack, key, message.mid, message.qos)
         if message.retain:  # old, as on the command topics
-            log.warning("ignoring a retained message on %s (publish commands without retain)", message.topic)
+            self._ignore_retained(message.topic)
             client.ack(message.mid, message.qos)
             return
         with self._lock:
