@@ -235,31 +235,27 @@ class Daemon:
                 self.cut.clear()
                 self.busy, self.progress = True, time.monotonic()
             try:
-                self._take(request)
+                if not self._expired(request):
+                    self.speaking_record.write(request, self.admission.deaths.get(request.digest, 0))
+                    self._speak(request)
             except Exception as e:  # a bug must not end the worker
                 log.exception("failed on %r", request.id)
                 self._final_error(f"internal error: {type(e).__name__}: {e}", request, "internal")
             finally:
-                # the one rule for the retained state, however the message ended (finished, expired,
-                # an error, cut by stop): `idle` once nothing else waits
+                if not self.shutting_down.is_set():
+                    self.speaking_record.clear()
+                # however the message ended (finished, expired, an error, cut by stop): one rule
                 with self.cond:
                     idle = not self.queue
                 if idle:
                     self.reports.state("idle")
 
-    def _take(self, request: SayRequest) -> None:
-        """One message at its turn: expired, or spoken (or synthesized only)."""
+    def _expired(self, request: SayRequest) -> bool:
         too_old = self.admission.age_over_limit(request)
         if too_old:
             log.info("not speaking %r: %.0f s old (limit %.0f s)", request.id, *too_old)
             self._final("expired", request, age_s=round(too_old[0], 1), max_age_s=too_old[1])
-            return
-        self.speaking_record.write(request, self.admission.deaths.get(request.digest, 0))
-        try:
-            self._speak(request)
-        finally:
-            if not self.shutting_down.is_set():
-                self.speaking_record.clear()
+        return bool(too_old)
 
     def _speak(self, request: SayRequest) -> None:
         try:

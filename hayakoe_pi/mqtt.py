@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import random
 import ssl
@@ -18,6 +17,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from .config import Config, MqttConfig
 from .discovery import retained_topics
+from .outbox import Outbox
 from .topics import Topics
 
 log = logging.getLogger("hayakoe_pi.mqtt")
@@ -108,6 +108,8 @@ class BrokerLink:
         self.client = self._make(client_id, self._connected, self._command)
         self.client.will_set(topics.status, "offline", qos=1, retain=True)
         self.client.max_queued_messages_set(1000)
+        self.outbox = Outbox(self.client)
+        self._refusing = False  # a publish was unconfirmed when the broker last closed the connection
         self.intake = self._make(f"{client_id}-intake", self._intake_connected, self._request,
                                  manual_ack=True)
         self.intake.on_subscribe = self._intake_subscribed
@@ -137,17 +139,16 @@ class BrokerLink:
 
     def stop(self) -> None:
         self._stopping = True
-        if self.connected:
-            self.publish(self.topics.status, "offline", retain=True).wait_for_publish(2)
+        if self.connected and (offline := self.publish(self.topics.status, "offline", retain=True)):
+            offline.wait_for_publish(2)
         for c in (self.intake, self.client):
             c.disconnect()
             if c is self.client or self._intake_started:
                 c.loop_stop()
 
     def publish(self, topic: str, payload, retain: bool = False, qos: int = 1):
-        if isinstance(payload, (dict, list)):
-            payload = json.dumps(payload, ensure_ascii=False)
-        return self.client.publish(topic, payload, qos=qos, retain=retain)
+        """Every publish of the daemon passes here: within the bound, events cut to fit (Outbox)."""
+        return self.outbox.publish(topic, payload, retain, qos, cuttable=topic == self.topics.event)
 
     # paho callbacks (network threads) ------------------------------------------------
 
@@ -165,8 +166,9 @@ class BrokerLink:
             return
         self.connected = True
         self._connected_at = time.monotonic()
+        self.outbox.drop_refused()  # before paho sends its queue again
         if self._dropped_after is not None:
-            self._note_drop(self._dropped_after, self._broker_away)
+            self._note_drop(self._dropped_after, self._broker_away, self._refusing)
             self._dropped_after = None
         log.info("connected to MQTT broker %s (session %s)", self.where,
                  "resumed" if flags.session_present else "new")
@@ -202,12 +204,16 @@ class BrokerLink:
             if self.connected and not self._stopping:
                 log.warning("disconnected from MQTT broker %s (%s); reconnecting", self.where, reason_code)
                 self._dropped_after, self._broker_away = time.monotonic() - self._connected_at, False
+                self._refusing = self.outbox.dropped()
             self.connected = False
 
-    def _note_drop(self, lived: float, broker_away: bool) -> None:
+    def _note_drop(self, lived: float, broker_away: bool, refusing: bool = False) -> None:
         """At a reconnect: count connections the broker closed soon after accepting them while it
         stayed up; at QUICK_DROPS in a row, say that another device has this client id (once) and
-        reconnect slowly."""
+        reconnect slowly. A drop with a publish unconfirmed is not counted: the broker may have
+        refused that one (Outbox), which is no sign of another device."""
+        if refusing:
+            return
         if broker_away or lived >= self.STABLE_SECONDS or (not self.clash and lived >= self.QUICK_DROP_SECONDS):
             self._quick_drops = 0
             if self.clash:
