@@ -109,7 +109,6 @@ class BrokerLink:
         self.client.will_set(topics.status, "offline", qos=1, retain=True)
         self.client.max_queued_messages_set(1000)
         self.outbox = Outbox(self.client)
-        self._refusing = False  # a publish was unconfirmed when the broker last closed the connection
         self.intake = self._make(f"{client_id}-intake", self._intake_connected, self._request,
                                  manual_ack=True)
         self.intake.on_subscribe = self._intake_subscribed
@@ -166,9 +165,8 @@ class BrokerLink:
             return
         self.connected = True
         self._connected_at = time.monotonic()
-        self.outbox.drop_refused()  # before paho sends its queue again
         if self._dropped_after is not None:
-            self._note_drop(self._dropped_after, self._broker_away, self._refusing)
+            self._note_drop(self._dropped_after, self._broker_away, refusing=self.outbox.reconnected())
             self._dropped_after = None
         log.info("connected to MQTT broker %s (session %s)", self.where,
                  "resumed" if flags.session_present else "new")
@@ -204,7 +202,6 @@ class BrokerLink:
             if self.connected and not self._stopping:
                 log.warning("disconnected from MQTT broker %s (%s); reconnecting", self.where, reason_code)
                 self._dropped_after, self._broker_away = time.monotonic() - self._connected_at, False
-                self._refusing = self.outbox.dropped()
             self.connected = False
 
     def _note_drop(self, lived: float, broker_away: bool, refusing: bool = False) -> None:

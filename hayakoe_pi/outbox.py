@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
+from collections import OrderedDict
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import MQTTErrorCode
@@ -32,10 +32,14 @@ class Outbox:
         self.client = client
         self.limit = MAX_PUBLISH_BYTES  # lowered below a publish the broker refused
         self._lock = threading.Lock()
-        self._unconfirmed: deque = deque()  # (info, topic, size) of QoS 1 publishes, oldest first
-        self._stuck = None  # the oldest unconfirmed publish at the last drop ...
-        self._drops = 0     # ... and at how many drops in a row
+        # QoS 1 publishes the broker has not acknowledged, oldest first: packet id -> (topic, size).
+        # From paho's on_publish: a MQTTMessageInfo queued while disconnected cannot be asked.
+        self._unconfirmed: OrderedDict[int, tuple[str, int]] = OrderedDict()
+        self._early: set[int] = set()  # acknowledged before publish() had noted them
+        self._stuck: int | None = None  # the oldest unconfirmed publish at the last reconnect ...
+        self._drops = 0                 # ... and at how many in a row
         self._said: set[tuple[str, str]] = set()  # (what, topic): said once
+        client.on_publish = self._acknowledged
 
     def publish(self, topic: str, payload, retain: bool, qos: int, cuttable: bool) -> paho.MQTTMessageInfo | None:
         """Send within the bound: an event (`cuttable`) cut to fit, anything else too large not at all (None)."""
@@ -45,47 +49,46 @@ class Outbox:
             return None
         if cut:
             self._say_once("cut", topic, f"an event on {topic} was cut to {len(data)} bytes (limit {self.limit})")
-        with self._lock:  # noted before the network thread can see the connection fall on it
-            info = self.client.publish(topic, data, qos=qos, retain=retain)
-            if qos and info.rc in _QUEUED:
-                self._forget_confirmed()
-                self._unconfirmed.append((info, topic, len(data)))
+        info = self.client.publish(topic, data, qos=qos, retain=retain)
+        if qos and info.rc in _QUEUED:
+            with self._lock:  # never held while calling paho: its network thread may wait for it
+                if info.mid in self._early:
+                    self._early.discard(info.mid)
+                else:
+                    self._unconfirmed[info.mid] = (topic, len(data))
         return info
+
+    def _acknowledged(self, client, userdata, mid, reason_code, properties) -> None:
+        with self._lock:
+            if self._unconfirmed.pop(mid, None) is None:
+                self._early.add(mid)
 
     def _say_once(self, what: str, topic: str, line: str) -> None:
         if (what, topic) not in self._said:
             self._said.add((what, topic))
             log.warning("%s", line)
 
-    def _forget_confirmed(self) -> None:
-        while self._unconfirmed and self._unconfirmed[0][0].is_published():
-            self._unconfirmed.popleft()
-
-    def dropped(self) -> bool:
-        """The broker closed the connection: True when a publish was unconfirmed then (the broker
-        may have closed it for that one: not a sign of another device with our client id)."""
+    def reconnected(self) -> bool:
+        """At the reconnect after the broker closed the connection, before paho sends its queue
+        again: True when a publish was left unconfirmed (the broker may have closed it for that
+        one: no sign of another device with our client id). The same one left at REFUSALS drops
+        in a row leaves paho's queue; the rest is sent again."""
         with self._lock:
-            self._forget_confirmed()
-            oldest = self._unconfirmed[0] if self._unconfirmed else None
-            if oldest is not None and oldest is self._stuck:
+            oldest = next(iter(self._unconfirmed), None)
+            if oldest is not None and oldest == self._stuck:
                 self._drops += 1
             else:
                 self._stuck, self._drops = oldest, int(oldest is not None)
-            return oldest is not None
-
-    def drop_refused(self) -> None:
-        """At a reconnect, before paho sends its queue again: the publish the broker closed the
-        connection on REFUSALS times in a row leaves paho's queue; the rest is sent again."""
-        with self._lock:
             if self._drops < self.REFUSALS:
-                return
-            info, topic, size = self._stuck
+                return oldest is not None
+            topic, size = self._unconfirmed[oldest]
             self._stuck, self._drops = None, 0
             self.limit = min(self.limit, size - 1)
-            kept = [m for m in self.client.drop_out_messages() if m.mid != info.mid]
+            kept = [m for m in self.client.drop_out_messages() if m.mid != oldest]
             self._unconfirmed.clear()
         log.error("the MQTT broker closed the connection each time this device sent a message of %d bytes on %s "
                   "(is its max_packet_size smaller?): dropped it; events are cut to %d bytes from now on",
                   size, topic, self.limit)
         for m in kept:
             self.publish(m.topic, m.payload, m.retain, m.qos, cuttable=False)
+        return True
