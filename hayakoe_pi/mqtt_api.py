@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .bounds import QUOTE_CHARS, quoted, quoted_repr
+from .bounds import QUOTE_CHARS, REASON_CHARS, quoted, quoted_repr
 from .engine import SPEED_RANGE
 from .speech import SpeechError, SpeechService, check_number
 
@@ -247,6 +247,7 @@ def event(kind: str, request: SayRequest, **extra) -> dict:
 
 
 def error_event(reason: str, request_id: str | None = None, text: str | None = None, code: str = "") -> dict:
-    """An error; `code` names the kind (bad_payload, nothing_to_speak, queue_full, poison, ...)."""
-    return {"event": "error", "id": request_id, **_quoted_text(text), "error": reason,
+    """An error; `code` names the kind (bad_payload, nothing_to_speak, queue_full, poison, ...). The reason
+    may quote what was sent (an exception's message too): cut to REASON_CHARS."""
+    return {"event": "error", "id": request_id, **_quoted_text(text), "error": quoted(reason, REASON_CHARS),
             **({"code": code} if code else {})}

@@ -114,3 +114,14 @@ def test_nothing_over_the_bound_is_published():
     assert bounded_payload(small, cuttable=True) == (json.dumps(small, ensure_ascii=False).encode(), False)
     assert bounded_payload({"config": "x" * MAX_PUBLISH_BYTES}, cuttable=False) == (None, False)
     assert bounded_payload("online", cuttable=False) == (b"online", False)
+
+
+def test_an_error_reason_is_cut_where_every_error_is_made():
+    """Whatever a reason embeds (an exception's message, a value), the event and the journal line
+    (Reports.error logs the event's reason) quote it up to REASON_CHARS."""
+    from hayakoe_pi.bounds import REASON_CHARS
+    from hayakoe_pi.mqtt_api import error_event
+
+    answer = error_event("internal error: ValueError: " + "x" * 5000, text="あ" * 300, code="internal")
+    assert len(answer["error"]) < REASON_CHARS + 40 and answer["error"].endswith("… (5028 characters)"), answer
+    assert answer["text"] == "あ" * 200 + "…" and answer["truncated"] is True
