@@ -235,27 +235,22 @@ class Daemon:
                 self.cut.clear()
                 self.busy, self.progress = True, time.monotonic()
             try:
-                if not self._expired(request):
+                if too_old := self.admission.age_over_limit(request):
+                    log.info("not speaking %r: %.0f s old (limit %.0f s)", request.id, *too_old)
+                    self._final("expired", request, age_s=round(too_old[0], 1), max_age_s=too_old[1])
+                else:
                     self.speaking_record.write(request, self.admission.deaths.get(request.digest, 0))
                     self._speak(request)
             except Exception as e:  # a bug must not end the worker
                 log.exception("failed on %r", request.id)
                 self._final_error(f"internal error: {type(e).__name__}: {e}", request, "internal")
-            finally:
+            finally:  # `idle` once none waits, however it ended (finished, expired, an error, cut by stop)
                 if not self.shutting_down.is_set():
                     self.speaking_record.clear()
-                # however the message ended (finished, expired, an error, cut by stop): one rule
                 with self.cond:
                     idle = not self.queue
                 if idle:
                     self.reports.state("idle")
-
-    def _expired(self, request: SayRequest) -> bool:
-        too_old = self.admission.age_over_limit(request)
-        if too_old:
-            log.info("not speaking %r: %.0f s old (limit %.0f s)", request.id, *too_old)
-            self._final("expired", request, age_s=round(too_old[0], 1), max_age_s=too_old[1])
-        return bool(too_old)
 
     def _speak(self, request: SayRequest) -> None:
         try:
