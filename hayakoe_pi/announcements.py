@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .bounds import quoted_repr
 from .settings import RuntimeChanges, Setting
 
 log = logging.getLogger("hayakoe_pi")
@@ -120,11 +121,12 @@ class AnnouncementSettings:
         with self._lock:
             if name == "chime":
                 if value not in self.chime_options:
-                    raise ValueError(f"chime must be one of {', '.join(self.chime_options)}, got {value[:40]!r}")
+                    raise ValueError(f"chime must be one of {', '.join(self.chime_options)}, "
+                                     f"got {quoted_repr(value, 40)}")
                 self.chime = value
             else:
                 if value.upper() not in SWITCH:
-                    raise ValueError(f"quiet_hours must be ON or OFF, got {value[:40]!r}")
+                    raise ValueError(f"quiet_hours must be ON or OFF, got {quoted_repr(value, 40)}")
                 if self.quiet_hours_config is None and value.upper() == "ON":
                     raise ValueError("no quiet hours are configured (audio.quiet_hours in the config)")
                 self.quiet_on = value.upper() == "ON"

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .bounds import quoted_repr
+
 CHOICES = ("none", "default")  # audio.chime, besides a path to a WAV file
 TONES_HZ = (880.0, 660.0)      # A5 then E5: a falling fourth, the classic "ding-dong"
 TONE_SECONDS = 0.22            # each tone sounds this long (the second overlaps the first's decay)
@@ -72,7 +74,7 @@ class Chimes:
         path = (folder / name).resolve()  # an absolute `name` stays itself
         if path.parent != folder or path.suffix.lower() != ".wav" or any(ord(c) < 32 for c in name):
             raise ValueError(f"chime must be true, false, \"default\", \"none\" or a .wav file in {folder} "
-                             f"(audio.chime_dir), got {name[:80]!r}")
+                             f"(audio.chime_dir), got {quoted_repr(name, 80)}")
         read_wav(path, 44100)  # ValueError saying why it cannot be played
         return str(path)
 

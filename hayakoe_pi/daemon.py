@@ -238,18 +238,17 @@ class Daemon:
                 request = self.queue.popleft()
                 self.cut.clear()
                 self.busy, self.progress = True, time.monotonic()
-            too_old = self.admission.age_over_limit(request)
-            if too_old:
-                log.info("not speaking %r: %.0f s old (limit %.0f s)", request.id, *too_old)
-                self._final("expired", request, age_s=round(too_old[0], 1), max_age_s=too_old[1])
-                continue
-            self.speaking_record.write(request, self.admission.deaths.get(request.digest, 0))
             try:
-                self._speak(request)
+                if too_old := self.admission.age_over_limit(request):
+                    log.info("not speaking %r: %.0f s old (limit %.0f s)", request.id, *too_old)
+                    self._final("expired", request, age_s=round(too_old[0], 1), max_age_s=too_old[1])
+                else:
+                    self.speaking_record.write(request, self.admission.deaths.get(request.digest, 0))
+                    self._speak(request)
             except Exception as e:  # a bug must not end the worker
                 log.exception("failed on %r", request.id)
                 self._final_error(f"internal error: {type(e).__name__}: {e}", request, "internal")
-            finally:
+            finally:  # `idle` once none waits, however it ended (finished, expired, an error, cut by stop)
                 if not self.shutting_down.is_set():
                     self.speaking_record.clear()
                 with self.cond:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import random
 import ssl
@@ -18,6 +17,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from .config import Config, MqttConfig
 from .discovery import retained_topics
+from .outbox import Outbox
 from .topics import Topics
 
 log = logging.getLogger("hayakoe_pi.mqtt")
@@ -104,9 +104,11 @@ class BrokerLink:
         self._broker_away = False  # a reconnect failed since that drop
         self._quick_drops = 0
         self.clash = False  # the broker keeps handing our session to another device
+        self._retained_seen: set[str] = set()  # command topics whose retained copy was said to be ignored
         self.client = self._make(client_id, self._connected, self._command)
         self.client.will_set(topics.status, "offline", qos=1, retain=True)
         self.client.max_queued_messages_set(1000)
+        self.outbox = Outbox(self.client)
         self.intake = self._make(f"{client_id}-intake", self._intake_connected, self._request,
                                  manual_ack=True)
         self.intake.on_subscribe = self._intake_subscribed
@@ -136,17 +138,16 @@ class BrokerLink:
 
     def stop(self) -> None:
         self._stopping = True
-        if self.connected:
-            self.publish(self.topics.status, "offline", retain=True).wait_for_publish(2)
+        if self.connected and (offline := self.publish(self.topics.status, "offline", retain=True)):
+            offline.wait_for_publish(2)
         for c in (self.intake, self.client):
             c.disconnect()
             if c is self.client or self._intake_started:
                 c.loop_stop()
 
     def publish(self, topic: str, payload, retain: bool = False, qos: int = 1):
-        if isinstance(payload, (dict, list)):
-            payload = json.dumps(payload, ensure_ascii=False)
-        return self.client.publish(topic, payload, qos=qos, retain=retain)
+        """Every publish of the daemon passes here: within the bound, events cut to fit (Outbox)."""
+        return self.outbox.publish(topic, payload, retain, qos, cuttable=topic == self.topics.event)
 
     # paho callbacks (network threads) ------------------------------------------------
 
@@ -165,7 +166,7 @@ class BrokerLink:
         self.connected = True
         self._connected_at = time.monotonic()
         if self._dropped_after is not None:
-            self._note_drop(self._dropped_after, self._broker_away)
+            self._note_drop(self._dropped_after, self._broker_away, refusing=self.outbox.reconnected())
             self._dropped_after = None
         log.info("connected to MQTT broker %s (session %s)", self.where,
                  "resumed" if flags.session_present else "new")
@@ -203,10 +204,13 @@ class BrokerLink:
                 self._dropped_after, self._broker_away = time.monotonic() - self._connected_at, False
             self.connected = False
 
-    def _note_drop(self, lived: float, broker_away: bool) -> None:
+    def _note_drop(self, lived: float, broker_away: bool, refusing: bool = False) -> None:
         """At a reconnect: count connections the broker closed soon after accepting them while it
         stayed up; at QUICK_DROPS in a row, say that another device has this client id (once) and
-        reconnect slowly."""
+        reconnect slowly. A drop with a publish unconfirmed is not counted: the broker may have
+        refused that one (Outbox), which is no sign of another device."""
+        if refusing:
+            return
         if broker_away or lived >= self.STABLE_SECONDS or (not self.clash and lived >= self.QUICK_DROP_SECONDS):
             self._quick_drops = 0
             if self.clash:
@@ -237,21 +241,29 @@ class BrokerLink:
                         self.where)
 
     def _command(self, client, userdata, message) -> None:
-        if message.retain and message.topic == self.topics.stop:
-            # The broker hands a retained command out again on every (re)subscription,
-            # i.e. after each reconnect: it is an old message, not a new request.
-            log.warning("ignoring a retained message on %s (publish commands without retain)", message.topic)
+        if message.retain and message.topic != self.topics.ha_status:
+            # The broker hands a retained command out again on every (re)subscription, i.e. after
+            # each reconnect: an old message, not a new command (a stop would cancel the queue
+            # again). Home Assistant's birth message is retained on purpose.
+            self._ignore_retained(message.topic)
             return
         try:
             self._on_command(message.topic, message.payload)
         except Exception:  # never let one message kill the network thread
             log.exception("error while handling a message on %s", message.topic)
 
+    def _ignore_retained(self, topic: str) -> None:
+        """Said once per topic: not at every reconnect, where the broker hands the copy out again."""
+        if topic not in self._retained_seen:
+            self._retained_seen.add(topic)
+            log.warning("ignoring a retained message on %s (publish commands without retain; clear it "
+                        "with an empty retained message)", topic)
+
     def _request(self, client, userdata, message) -> None:
         key = (message.mid, message.topic, hashlib.sha1(message.payload).digest())
         ack = functools.partial(self._ack, key, message.mid, message.qos)
         if message.retain:  # old, as on the command topics
-            log.warning("ignoring a retained message on %s (publish commands without retain)", message.topic)
+            self._ignore_retained(message.topic)
             client.ack(message.mid, message.qos)
             return
         with self._lock:

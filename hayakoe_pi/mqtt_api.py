@@ -18,13 +18,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .bounds import QUOTE_CHARS, REASON_CHARS, quoted, quoted_repr
 from .engine import SPEED_RANGE
 from .speech import SpeechError, SpeechService, check_number
 
 REQUEST_FIELDS = ("text", "voice", "style", "speed", "volume", "id", "interrupt", "at", "max_age", "sent",
                   "chime", "priority")
 PRIORITIES = ("normal", "alert")  # alert: before every waiting message, and louder than quiet hours
-EVENT_TEXT_CHARS = 200  # events quote at most this much of the text
+EVENT_TEXT_CHARS = QUOTE_CHARS  # events quote at most this much of the text
 MAX_ID_CHARS = 128
 # "at" (Unix time) further ahead than this is refused: a room waiting for it holds its queue
 AT_MAX_AHEAD_SECONDS = 60.0
@@ -32,6 +33,9 @@ AT_MAX_AHEAD_SECONDS = 60.0
 SENT_MAX = 1e11
 MAX_AGE_RANGE = (1.0, 7 * 86400.0)  # "max_age", seconds
 PAYLOAD_OVERHEAD_BYTES = 4096  # JSON fields around the text
+# A dictionary/add|remove payload: a word (40 characters), its reading (40 moras) and three small
+# fields take a few hundred bytes; a larger one is refused before it is parsed
+MAX_WORD_BYTES = 4096
 
 
 def max_payload_bytes(max_text_chars: int) -> int:
@@ -136,11 +140,11 @@ def _parse_json(raw: str, service: SpeechService, chime_file=None) -> SayRequest
         raise PayloadError("id must not contain control characters")
     rid = str(rid) if rid is not None else _new_id()
     text = data.get("text")
-    quoted = text if isinstance(text, str) else None
+    said = text if isinstance(text, str) else None
     try:
         unknown = sorted(k for k in data if k not in REQUEST_FIELDS)
         if unknown:
-            raise ValueError(f"unknown field {', '.join(map(repr, unknown))[:80]}; "
+            raise ValueError(f"unknown field {quoted(', '.join(map(repr, unknown)), 80)}; "
                              f"known: {', '.join(REQUEST_FIELDS)}")
         if not isinstance(text, str):
             raise ValueError("'text' must be a string")
@@ -172,9 +176,9 @@ def _parse_json(raw: str, service: SpeechService, chime_file=None) -> SayRequest
         if data.get("sent") is not None:
             request.sent = parse_sent(data["sent"])
     except SpeechError as e:
-        raise PayloadError(str(e), rid, quoted, _code(e)) from None
+        raise PayloadError(str(e), rid, said, _code(e)) from None
     except ValueError as e:
-        raise PayloadError(str(e), rid, quoted) from None
+        raise PayloadError(str(e), rid, said) from None
     return request
 
 
@@ -214,13 +218,16 @@ def parse_volume(payload: bytes) -> float:
     try:
         number = float(value)
     except ValueError:
-        raise ValueError(f"volume must be a number from 0 to 100, got {value[:40]!r}") from None
+        raise ValueError(f"volume must be a number from 0 to 100, got {quoted_repr(value, 40)}") from None
     return check_number(number, "volume", 0, 100)
 
 
 def parse_word(payload: bytes, adding: bool) -> dict:
     """A dictionary/add or /remove payload: JSON {"surface", "reading", "accent", ...}, or as
     plain text "晴翔 ハルト 1" (add) and "晴翔" (remove), which a Home Assistant text entity sends."""
+    if len(payload) > MAX_WORD_BYTES:  # before decoding: never parsed, never quoted back
+        raise ValueError(f"payload too large ({len(payload)} bytes, limit {MAX_WORD_BYTES}): give one word, "
+                         "its reading and accent")
     try:
         raw = payload.decode("utf-8").strip()
     except UnicodeDecodeError:
@@ -242,15 +249,24 @@ def parse_word(payload: bytes, adding: bool) -> dict:
                      + (' or "晴翔 ハルト 1"' if adding else ' or the word alone'))
 
 
+def _quoted_text(text: str | None) -> dict:
+    """The "text" field of an event: up to EVENT_TEXT_CHARS, cut with "…" and `"truncated": true`."""
+    if not isinstance(text, str):
+        return {"text": None}
+    if len(text) <= EVENT_TEXT_CHARS:
+        return {"text": text}
+    return {"text": text[:EVENT_TEXT_CHARS] + "…", "truncated": True}
+
+
 def event(kind: str, request: SayRequest, **extra) -> dict:
-    payload = {"event": kind, "id": request.id, "text": request.text[:EVENT_TEXT_CHARS], **extra}
+    payload = {"event": kind, "id": request.id, **_quoted_text(request.text), **extra}
     if not request.play:
         payload["prepare"] = True
     return payload
 
 
 def error_event(reason: str, request_id: str | None = None, text: str | None = None, code: str = "") -> dict:
-    """An error; `code` names the kind (bad_payload, nothing_to_speak, queue_full, poison, ...)."""
-    return {"event": "error", "id": request_id,
-            "text": text[:EVENT_TEXT_CHARS] if isinstance(text, str) else None, "error": reason,
+    """An error; `code` names the kind (bad_payload, nothing_to_speak, queue_full, poison, ...). The reason
+    may quote what was sent (an exception's message too): cut to REASON_CHARS."""
+    return {"event": "error", "id": request_id, **_quoted_text(text), "error": quoted(reason, REASON_CHARS),
             **({"code": code} if code else {})}

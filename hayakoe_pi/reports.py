@@ -30,8 +30,9 @@ class Reports:
         self.link.publish(self.topics.event, {"event": payload["event"], "device": self.identity.id, **payload})
 
     def error(self, reason: str, request_id: str | None = None, text: str | None = None, code: str = "") -> None:
-        log.warning("error%s: %s", f" ({request_id!r})" if request_id else "", reason)
-        self.event(error_event(reason, request_id, text, code))
+        answer = error_event(reason, request_id, text, code)
+        log.warning("error%s: %s", f" ({request_id!r})" if request_id else "", answer["error"])  # cut as sent
+        self.event(answer)
 
     def online(self, busy: bool) -> None:
         """Everything retained, (again) on each connect: status, state, settings and the device."""

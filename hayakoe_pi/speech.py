@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .ahead import SynthesisAhead, synthesize_ahead
+from .bounds import quoted
 from .cache import PhraseCache, cache_key, voice_fingerprint
 from .config import voice_styles
 from .durable import write_durably
@@ -46,7 +47,7 @@ class SpeechError(ValueError):
 
 def check_number(value, name: str, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a number, got {json.dumps(value)[:40]}")
+        raise ValueError(f"{name} must be a number, got {quoted(json.dumps(value), 40)}")
     if not low <= value <= high:
         raise ValueError(f"{name} must be between {low:g} and {high:g}, got {value:g}")
     return float(value)
@@ -215,7 +216,7 @@ class SpeechService:
     def check_voice(self, name) -> str:
         installed = self.voices()
         if not isinstance(name, str) or name not in installed:
-            raise SpeechError(f"unknown voice {json.dumps(name, ensure_ascii=False)[:60]}; "
+            raise SpeechError(f"unknown voice {quoted(json.dumps(name, ensure_ascii=False), 60)}; "
                               f"installed: {', '.join(installed)}", "unknown-voice")
         return name
 
@@ -223,7 +224,7 @@ class SpeechService:
         """`what`: the word the front door uses (Wyoming says "speaker")."""
         styles = self.styles(voice)
         if not isinstance(style, str) or style not in styles:
-            raise SpeechError(f"unknown {what} {json.dumps(style, ensure_ascii=False)[:60]} of {voice}; "
+            raise SpeechError(f"unknown {what} {quoted(json.dumps(style, ensure_ascii=False), 60)} of {voice}; "
                               f"{what}s: {', '.join(styles)}", f"unknown-{what}")
         return style
 

@@ -260,3 +260,78 @@ def test_retained_say_is_not_spoken_again_on_reconnect(app):
         assert len(spoken) == 1, spoken
     finally:
         app.probe.client.publish(topic, b"", qos=1, retain=True).wait_for_publish(5)  # clear it
+
+
+def all_answered(app, ids) -> dict | None:
+    """Each id's last word (`finished` or `error`), once all have one."""
+    final = {e["id"]: e for e in app.probe.event_log if e.get("id") in ids and e["event"] in ("finished", "error")}
+    return final if len(final) == len(ids) else None
+
+
+def test_a_retained_stop_cancels_nothing_at_a_reconnect(app):
+    """A Home Assistant button with `retain: true` leaves `<id>/stop` retained. Before, the broker
+    handed it out again at every reconnect and it cancelled what waited (answered `cancelled` and
+    acknowledged: lost)."""
+    topic = app.probe.topic(f"{app.probe.device}/stop")  # this Pi's own
+    try:
+        app.probe.client.publish(topic, "PRESS", qos=1, retain=True).wait_for_publish(5)
+        s = Scenario(app)
+        long_text = "洗濯機の運転が終わりました。洗濯物を干してください。" * 2  # not in the cache yet
+        app.probe.publish("say", {"text": long_text, "id": "s-long"})
+        ids = [f"s-{i}" for i in range(4)]
+        for i, rid in enumerate(ids):
+            app.probe.publish("say", {"text": short_text(60 + i), "id": rid})  # QoS 1, waiting behind it
+        app.probe.next_event(event="started", id="s-long")
+        wait_for(lambda: all(app.probe.count("queued", rid) for rid in ids), 10, what="all queued")
+        outage = Outage(app)
+        outage.begin()
+        outage.end(down=0.5)
+        outage.wait_back()
+        done = wait_for(lambda: all_answered(app, ["s-long", *ids]), 90, what="every message answered")
+        assert all(e["event"] == "finished" and "interrupted" not in e for e in done.values()), done
+        s.check(["s-long", *ids])
+        assert app.daemon.output().count(f"ignoring a retained message on {topic}") == 1
+    finally:
+        app.probe.client.publish(topic, b"", qos=1, retain=True).wait_for_publish(5)  # clear it
+
+
+def test_a_retained_setting_is_not_applied_again_at_a_reconnect(app):
+    topic = app.probe.topic("volume/set")
+    ignored = f"ignoring a retained message on {topic}"
+    try:
+        app.probe.client.publish(topic, "30", qos=1, retain=True).wait_for_publish(5)
+        wait_for(lambda: app.probe.last("volume") == b"30", 10, what="volume 30")  # live: a command
+        app.probe.publish("volume/set", "60")
+        wait_for(lambda: app.probe.last("volume") == b"60", 10, what="volume 60")
+        for n in (1, 2):
+            outage = Outage(app)
+            outage.begin()
+            outage.end(down=0.5)
+            outage.wait_back()
+            # the copy handed out with the subscription: before, applied again (30)
+            wait_for(lambda: ignored in app.daemon.output() or app.probe.last("volume") == b"30", 10,
+                     what="the retained copy handled")
+            time.sleep(1.0)
+            assert app.probe.last("volume") == b"60"
+        assert app.daemon.output().count(ignored) == 1  # said once, not at every reconnect
+    finally:
+        app.probe.client.publish(topic, b"", qos=1, retain=True).wait_for_publish(5)  # clear it
+        app.probe.publish("volume/set", "100")
+
+
+def test_a_retained_birth_message_still_announces(app):
+    """Home Assistant's birth topic is no command: its retained `online` is acted on at a reconnect
+    (discovery once for the connect, once more for the birth message)."""
+    topic = "homeassistant/status"
+    say_config = "homeassistant/notify/pi/say/config"
+    try:
+        app.probe.client.publish(topic, "online", qos=1, retain=True).wait_for_publish(5)
+        outage = Outage(app)
+        outage.begin()
+        outage.end(down=0.5)
+        outage.wait_back()
+        wait_for(lambda: [t for t, _, _ in app.probe.messages[outage.mark:]].count(say_config) >= 2, 10,
+                 what="discovery for the connect and for the birth message")
+        assert "ignoring a retained message on homeassistant/status" not in app.daemon.output()
+    finally:
+        app.probe.client.publish(topic, b"", qos=1, retain=True).wait_for_publish(5)  # clear it

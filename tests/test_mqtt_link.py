@@ -86,6 +86,16 @@ def test_connections_closed_right_after_connecting_are_said_once_and_slow_the_re
     assert not link.clash and delays[-1] == (1, 60)
 
 
+def test_drops_while_a_publish_is_unconfirmed_are_no_clash():
+    """The broker closes the connection on a publish it refuses (Outbox): no sign of another device."""
+    link, _ = make_link()
+    delays = []
+    link._set_reconnect_delay = lambda low, high: delays.append((low, high))
+    for _ in range(2 * BrokerLink.QUICK_DROPS):
+        link._note_drop(1.0, broker_away=False, refusing=True)
+    assert not link.clash and delays == []
+
+
 def test_no_exception_escapes_a_paho_callback(caplog):
     """One in on_connect (a bad state value, once) left the link alive but deaf."""
     link, _ = make_link()

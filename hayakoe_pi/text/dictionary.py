@@ -31,6 +31,7 @@ from pathlib import Path
 
 import yaml
 
+from ..bounds import quoted, quoted_repr
 from .kana import moras, reading_problem
 
 log = logging.getLogger("hayakoe_pi")
@@ -79,32 +80,33 @@ def check_entry(data) -> Entry:
         raise ValueError("an entry must be a mapping with surface, reading and accent")
     unknown = sorted(map(str, set(data) - {"surface", "reading", "accent", "kind", "priority"}))
     if unknown:
-        raise ValueError(f"unknown field {', '.join(map(repr, unknown))}; known: surface, reading, accent, "
-                         "kind, priority")
+        raise ValueError(f"unknown field {quoted(', '.join(map(repr, unknown)), 80)}; known: surface, reading, "
+                         "accent, kind, priority")
     surface = data.get("surface")
     if not isinstance(surface, str) or not surface.strip():
         raise ValueError("surface must be a non-empty text")
     surface = unicodedata.normalize("NFKC", surface.strip())
     if len(surface) > MAX_SURFACE_CHARS or not _SURFACE_RE.fullmatch(surface) or surface.isdigit():
-        raise ValueError(f"surface {surface[:MAX_SURFACE_CHARS]!r} must be one word of letters, kana or kanji "
-                         f"(not only digits), at most {MAX_SURFACE_CHARS} characters")
+        raise ValueError(f"surface {quoted_repr(surface, MAX_SURFACE_CHARS)} must be one word of letters, kana or "
+                         f"kanji (not only digits), at most {MAX_SURFACE_CHARS} characters")
     reading = data.get("reading")
     if isinstance(reading, str):
         reading = unicodedata.normalize("NFKC", reading.strip())
     problem = reading_problem(reading)
     if problem:
-        raise ValueError(f"reading {reading!r} of {surface} {problem}")
+        raise ValueError(f"reading {quoted_repr(reading)} of {surface} {problem}")
     count = moras(reading)
     accent = data.get("accent")
     if isinstance(accent, bool) or not isinstance(accent, int) or not 0 <= accent <= count:
         raise ValueError(f"accent of {surface} must be a whole number from 0 (flat) to {count} "
-                         f"(the moras of {reading}), got {accent!r}")
+                         f"(the moras of {reading}), got {quoted_repr(accent, 40)}")
     kind = data.get("kind", "proper")
     if not isinstance(kind, str) or kind not in KINDS:
-        raise ValueError(f"kind of {surface} must be one of {', '.join(KINDS)}, got {kind!r}")
+        raise ValueError(f"kind of {surface} must be one of {', '.join(KINDS)}, got {quoted_repr(kind, 40)}")
     priority = data.get("priority", 5)
     if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 10:
-        raise ValueError(f"priority of {surface} must be a whole number from 0 to 10, got {priority!r}")
+        raise ValueError(f"priority of {surface} must be a whole number from 0 to 10, "
+                         f"got {quoted_repr(priority, 40)}")
     return Entry(surface, reading, accent, kind, priority)
 
 
@@ -308,7 +310,7 @@ class UserDictionary:
     def _removed(entries: dict[str, Entry], surface) -> Entry:
         key = unicodedata.normalize("NFKC", surface.strip()) if isinstance(surface, str) else None
         if key not in entries:
-            raise ValueError(f"{surface!r} is not in the dictionary")
+            raise ValueError(f"{quoted_repr(surface, MAX_SURFACE_CHARS)} is not in the dictionary")
         return entries.pop(key)
 
     def _change(self, entries: dict[str, Entry], use) -> None:
