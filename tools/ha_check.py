@@ -1,0 +1,331 @@
+"""The real Home Assistant Core against a mosquitto and two daemons: what tools/ha-check runs.
+
+    .venv/bin/python tools/ha_check.py --root ROOT --work DIR
+
+ROOT is the Debian root tools/ha-check made (Home Assistant in /opt/ha), with /proc, /sys and
+/dev mounted and DIR bound at ROOT/work. The broker and the daemons run here, with the repo's
+.venv and the test harness (tests/harness.py: the test voice, an ALSA file sink per room);
+Home Assistant runs in the chroot, which shares the loopback with them. Every check goes
+through Home Assistant's own API (REST, WebSocket) and the daemons' events and retained
+topics; the first that fails ends the run with its reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import time
+import wave
+from pathlib import Path
+from types import SimpleNamespace
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tools"), str(REPO)]
+
+from ha_api import HomeAssistant  # noqa: E402
+from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, wait_for, write_config  # noqa: E402
+
+PREFIX = "hayakoe"  # the README's topics: its automations publish to hayakoe/say
+# Two rooms: the kitchen as the README names it (notify.kitchen_3fa2c1_say), with Assist; the
+# living room with a chime file of its own (its select has the option `file`).
+ROOMS = {
+    "kitchen": {"device": {"id": "kitchen-3fa2c1", "name": "Kitchen", "area": "Kitchen"},
+                "audio": {"quiet_hours": {"from": "22:00", "to": "07:00", "volume": 30}}},
+    "living": {"device": {"id": "living-9b41d0", "name": "Living room", "area": "Study"},
+               "audio": {"quiet_hours": {"from": "23:00", "to": "06:00", "volume": 20}}},
+}
+CHROOT_ENV = ["/usr/bin/env", "-i", "PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
+              "LANG=C.UTF-8", "TZ=UTC"]
+
+
+def step(text: str) -> None:
+    print(f"ha-check: {text}", flush=True)
+
+
+def chime_wav(path: Path) -> Path:
+    """A short 16-bit WAV for audio.chime: a file chime."""
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(22050)
+        w.writeframes(b"\x00\x10" * 2205)
+    return path
+
+
+class Room:
+    """A daemon on the broker with its own sink and probe (its events, its retained topics)."""
+
+    def __init__(self, work: Path, port: int, sections: dict, extra: dict | None = None):
+        self.id = sections["device"]["id"]
+        self.work = work
+        self.port = port
+        work.mkdir(parents=True, exist_ok=True)
+        self.sink = AlsaSink(work, paced=False)
+        self.probe = Probe(port, PREFIX, device=self.id)
+        self.config = write_config(work / "config.yaml", port, PREFIX, work, **sections,
+                                   mqtt={"client_id": f"hayakoe-pi-{self.id}"}, **(extra or {}))
+        self.daemon = None
+        self.start()
+
+    def start(self) -> None:
+        self.daemon = DaemonProcess(self.config, self.sink.home, self.work / "daemon.log")
+        wait_for(lambda: self.retained("status") == "online" or self.daemon.proc.poll() is not None, 120,
+                 what=f"{self.id} online")
+        assert self.daemon.proc.poll() is None, self.daemon.output()
+
+    def retained(self, subtopic: str) -> str | None:
+        payload = self.probe.last(f"{self.id}/{subtopic}")  # hayakoe/<device.id>/<subtopic>
+        return None if payload is None else payload.decode()
+
+    def discovery(self) -> list[dict]:
+        """The discovery configs this Pi sent (the last of each topic; an empty one clears)."""
+        configs = {}
+        for topic, payload, _ in self.probe.messages:
+            if topic.startswith("homeassistant/") and f"/{self.id}/" in topic:
+                configs[topic] = json.loads(payload) if payload else None
+        return [c for c in configs.values() if c]
+
+    def configs(self) -> dict[str, dict]:
+        """The discovery configs by key (unique_id <device.id>_<key>: say, volume, chime ...)."""
+        return {c["unique_id"][len(self.id) + 1:]: c for c in self.discovery()}
+
+    def entity(self, key: str) -> str:
+        return self.configs()[key]["default_entity_id"]
+
+    def stop(self) -> None:
+        if self.daemon:
+            self.daemon.stop()
+        self.probe.close()
+        self.sink.stop()
+
+
+def start_home_assistant(root: Path, work: Path, port: int, log: Path) -> subprocess.Popen:
+    config = work / "config"
+    config.mkdir(exist_ok=True)
+    for name in ("automations.yaml", "scripts.yaml"):
+        if not (config / name).exists():
+            (config / name).write_text("[]\n" if name.startswith("auto") else "{}\n")
+    (config / "configuration.yaml").write_text(f"""\
+homeassistant:
+  name: ha-check
+  time_zone: UTC
+  country: JP
+  language: ja
+  unit_system: metric
+  latitude: 35.68
+  longitude: 139.69
+  elevation: 0
+http:
+  server_host: 127.0.0.1
+  server_port: {port}
+api:
+config:
+onboarding:
+assist_pipeline:
+conversation:
+automation: !include automations.yaml
+script: !include scripts.yaml
+logger:
+  default: info
+""")
+    return subprocess.Popen(["chroot", str(root), *CHROOT_ENV, "/opt/ha/bin/hass", "--skip-pip", "-c", "/work/config"],
+                            stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+
+
+def stop_home_assistant(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def add_mqtt(ha: HomeAssistant, broker_port: int) -> None:
+    """The MQTT integration on the test broker, as an owner adds it (Add integration → MQTT)."""
+    answer = ha.config_flow("mqtt", {"broker": "127.0.0.1", "port": broker_port, "protocol": "5",
+                                     "other_settings": {"set_client_cert": False, "set_ca_cert": "off",
+                                                        "transport": "tcp"}})
+    assert answer["type"] == "create_entry", answer
+
+
+def check_discovery(ha: HomeAssistant, rooms: list[Room]) -> None:
+    """Each Pi a device in its area, its entities named by the default_entity_id it sent, available."""
+    ws = ha.ws()
+    try:
+        def registered():
+            entities = {e["entity_id"]: e for e in ws.call("config/entity_registry/list") if e["platform"] == "mqtt"}
+            return entities if len(entities) >= sum(len(r.discovery()) for r in rooms) else None
+
+        entities = wait_for(registered, 60, what="every discovered entity in Home Assistant's registry")
+        devices = {d["id"]: d for d in ws.call("config/device_registry/list")}
+        areas = {a["area_id"]: a["name"] for a in ws.call("config/area_registry/list")}
+    finally:
+        ws.close()
+    for room in rooms:
+        sent = room.discovery()
+        assert len(sent) == 8, f"{room.id}: {len(sent)} discovery configs, not 8"
+        for config in sent:
+            entity_id = config["default_entity_id"]
+            entry = entities.get(entity_id)
+            assert entry, f"{entity_id} (default_entity_id) is not in Home Assistant: " \
+                          f"{sorted(e for e, v in entities.items() if v['unique_id'] == config['unique_id'])}"
+            assert entry["unique_id"] == config["unique_id"], entry
+            device = devices[entry["device_id"]]
+            assert ["mqtt", room.id] in device["identifiers"], device
+            assert device["name"] == config["device"]["name"], device
+            assert areas.get(device["area_id"]) == config["device"]["suggested_area"], (device, areas)
+            wait_for(lambda: (ha.state(entity_id) or {}).get("state") not in (None, "unavailable"), 30,
+                     what=f"{entity_id} available")
+        step(f"discovery: {room.id}: a device in {config['device']['suggested_area']}, "
+             f"{len(sent)} entities as named, available")
+
+
+def spoken(room: Room, text: str, timeout: float = 60) -> dict:
+    return room.probe.next_event(timeout, event="finished", text=text)
+
+
+def check_notify(ha: HomeAssistant, rooms: list[Room]) -> None:
+    """notify.send_message on one room's entity: that room speaks, the other does not."""
+    kitchen, living = rooms
+    for room in rooms:
+        room.probe.drain()
+    before = living.sink.raw.stat().st_size
+    ha.service("notify", "send_message", {"entity_id": kitchen.entity("say"), "message": "お鍋が煮えました。"})
+    assert spoken(kitchen, "お鍋が煮えました。")["seconds"] > 0
+    time.sleep(2)  # the other room would have queued it by now
+    heard = [e for e in list(living.probe.events.queue) if e.get("text") == "お鍋が煮えました。"]
+    assert not heard and living.sink.raw.stat().st_size == before, f"the other room spoke it too: {heard}"
+    step("notify.send_message: spoken in its room only")
+
+
+def shown(ha: HomeAssistant, entity_id: str) -> str | None:
+    return (ha.state(entity_id) or {}).get("state")
+
+
+def agree(ha: HomeAssistant, room: Room, key: str, daemon_value: str, ha_value: str, how: str) -> None:
+    """The daemon holds `daemon_value` (its retained topic) and Home Assistant shows `ha_value`."""
+    entity_id = room.entity(key)
+    wait_for(lambda: room.retained(key) == daemon_value, 20,
+             what=f"{room.id} {key} {daemon_value!r} after {how} (holds {room.retained(key)!r})")
+    try:
+        wait_for(lambda: shown(ha, entity_id) == ha_value, 20, what="")
+    except AssertionError:
+        raise AssertionError(f"{entity_id}: Home Assistant shows {shown(ha, entity_id)!r}, the daemon holds "
+                             f"{daemon_value!r} (after {how}; expected {ha_value!r})") from None
+
+
+def check_entities(ha: HomeAssistant, room: Room) -> None:
+    """Each select, number, switch and button set from Home Assistant reaches the daemon, and
+    Home Assistant then shows what the daemon holds."""
+    configs = room.configs()
+    for volume in (40, 100, 0, 70):
+        ha.service("number", "set_value", {"entity_id": room.entity("volume"), "value": volume})
+        agree(ha, room, "volume", str(volume), str(volume), f"number.set_value {volume}")
+    for key in ("voice", "style", "chime"):
+        options = configs[key]["options"]
+        for option in options[1:] + options[:1]:  # each option, the first last: a change every time
+            ha.service("select", "select_option", {"entity_id": room.entity(key), "option": option})
+            agree(ha, room, key, option, option, f"select.select_option {option}")
+        step(f"{room.id}: {key}: every option from Home Assistant ({', '.join(options)})")
+    for on in (True, False, True, False):
+        ha.service("switch", "turn_on" if on else "turn_off", {"entity_id": room.entity("quiet_hours")})
+        agree(ha, room, "quiet_hours", "ON" if on else "OFF", "on" if on else "off",
+              f"switch.turn_{'on' if on else 'off'}")
+    room.probe.drain()
+    long_text = "今日は良い天気です。" * 12
+    room.probe.publish(f"{room.id}/say", long_text)
+    room.probe.next_event(60, event="started")
+    ha.service("button", "press", {"entity_id": room.entity("stop")})
+    cut = room.probe.next_event(30, event="finished")
+    assert cut.get("interrupted") is True, f"the stop button did not cut the speech: {cut}"
+    wait_for(lambda: shown(ha, room.entity("state")) == "idle", 20, what=f"{room.entity('state')} idle")
+    step(f"{room.id}: volume, quiet hours and the stop button from Home Assistant reach the daemon")
+
+
+def check_outside(ha: HomeAssistant, room: Room) -> None:
+    """A setting changed over MQTT, outside Home Assistant, is shown by Home Assistant."""
+    configs = room.configs()
+    room.probe.publish(f"{room.id}/volume/set", "55")
+    agree(ha, room, "volume", "55", "55", "volume/set 55 over MQTT")
+    for key in ("chime", "style"):
+        for option in configs[key]["options"]:
+            room.probe.publish(f"{room.id}/{key}/set", option)
+            agree(ha, room, key, option, option, f"{key}/set {option} over MQTT")
+    for value in ("ON", "OFF"):
+        room.probe.publish(f"{room.id}/quiet_hours/set", value)
+        agree(ha, room, "quiet_hours", value, value.lower(), f"quiet_hours/set {value} over MQTT")
+    step(f"{room.id}: volume, chime, style and quiet hours set over MQTT: Home Assistant shows them")
+
+
+def check_log(log: Path) -> None:
+    """No warning or error in Home Assistant's log but the one --skip-pip always gives."""
+    expected = ("Skipping pip installation of required modules",)
+    bad = [line for line in log.read_text(errors="replace").splitlines()
+           if (" WARNING " in line or " ERROR " in line or " CRITICAL " in line)
+           and not any(e in line for e in expected)]
+    assert not bad, "Home Assistant's log:\n" + "\n".join(bad[:20])
+    step("Home Assistant's log: no warning, no error")
+
+
+def check_repairs(ha: HomeAssistant) -> None:
+    ws = ha.ws()
+    try:
+        issues = ws.call("repairs/list_issues")["issues"]
+    finally:
+        ws.close()
+    ours = [i for i in issues if i["domain"] in ("mqtt", "wyoming") and not i.get("dismissed_version")]
+    assert not ours, f"repair issues: {ours}"
+    step(f"repairs: none about MQTT or Wyoming ({len(issues)} in all)")
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--root", type=Path, required=True)
+    ap.add_argument("--work", type=Path, required=True)
+    args = ap.parse_args(argv)
+    work = args.work
+    broker = Mosquitto(work / "broker").start()
+    rooms: list[Room] = []
+    ha_proc = None
+    ha_port = free_port()
+    ha_log = work / "config" / "home-assistant.log"
+    try:
+        wav = chime_wav(work / "chime.wav")
+        rooms.append(Room(work / "kitchen", broker.port, ROOMS["kitchen"],
+                          {"wyoming": {"enabled": True, "port": free_port(), "zeroconf": False, "host": "127.0.0.1"}}))
+        rooms.append(Room(work / "living", broker.port, {**ROOMS["living"],
+                                                        "audio": {**ROOMS["living"]["audio"], "chime": str(wav)}}))
+        step(f"mosquitto on port {broker.port}, daemons {', '.join(r.id for r in rooms)} online")
+        ha_proc = start_home_assistant(args.root, work, ha_port, work / "hass.out")
+        ha = HomeAssistant(ha_port)
+        wait_for(lambda: ha.up() or ha_proc.poll() is not None, 180, interval=0.5, what="Home Assistant to answer")
+        assert ha_proc.poll() is None, (work / "hass.out").read_text()[-3000:]
+        ha.onboard()
+        version = ha.ok("GET", "/api/config")["version"]
+        step(f"Home Assistant {version} on port {ha_port}, onboarded")
+        add_mqtt(ha, broker.port)
+        check_discovery(ha, rooms)
+        check_notify(ha, rooms)
+        for room in rooms:
+            check_entities(ha, room)
+            check_outside(ha, room)
+        check_repairs(ha)
+        check_log(ha_log)
+    except AssertionError as e:
+        print(f"ha-check: FAILED: {e}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        if ha_proc:
+            stop_home_assistant(ha_proc)
+        for room in rooms:
+            room.stop()
+        broker.stop()
+    step("passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
