@@ -26,16 +26,20 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tools"), str(REPO)]
 
 from ha_api import HomeAssistant  # noqa: E402
+from ha_readme import check_readme, loaded as readme_loaded, readme_blocks, write_into  # noqa: E402
 from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, wait_for, write_config  # noqa: E402
 
 PREFIX = "hayakoe"  # the README's topics: its automations publish to hayakoe/say
-# Two rooms: the kitchen as the README names it (notify.kitchen_3fa2c1_say), with Assist; the
-# living room with a chime file of its own (its select has the option `file`).
+# Two rooms, as the documents name them: the kitchen (notify.kitchen_3fa2c1_say), with Assist,
+# and a Pi installed before device.id existed (notify.hayakoe_pi_say: client id hayakoe-pi),
+# with a chime file of its own (its select has the option `file`).
 ROOMS = {
-    "kitchen": {"device": {"id": "kitchen-3fa2c1", "name": "Kitchen", "area": "Kitchen"},
-                "audio": {"quiet_hours": {"from": "22:00", "to": "07:00", "volume": 30}}},
-    "living": {"device": {"id": "living-9b41d0", "name": "Living room", "area": "Study"},
-               "audio": {"quiet_hours": {"from": "23:00", "to": "06:00", "volume": 20}}},
+    "kitchen-3fa2c1": {"device": {"id": "kitchen-3fa2c1", "name": "Kitchen", "area": "Kitchen"},
+                       "mqtt": {"client_id": "hayakoe-pi-kitchen-3fa2c1"},
+                       "audio": {"quiet_hours": {"from": "22:00", "to": "07:00", "volume": 30}}},
+    "hayakoe-pi": {"device": {"id": None, "name": "Living room", "area": "Study"},
+                   "mqtt": {"client_id": "hayakoe-pi"},
+                   "audio": {"quiet_hours": {"from": "23:00", "to": "06:00", "volume": 20}}},
 }
 CHROOT_ENV = ["/usr/bin/env", "-i", "PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
               "LANG=C.UTF-8", "TZ=UTC"]
@@ -56,15 +60,14 @@ def chime_wav(path: Path) -> Path:
 class Room:
     """A daemon on the broker with its own sink and probe (its events, its retained topics)."""
 
-    def __init__(self, work: Path, port: int, sections: dict, extra: dict | None = None):
-        self.id = sections["device"]["id"]
+    def __init__(self, work: Path, port: int, node: str, sections: dict):
+        self.id = node
         self.work = work
         self.port = port
         work.mkdir(parents=True, exist_ok=True)
         self.sink = AlsaSink(work, paced=False)
         self.probe = Probe(port, PREFIX, device=self.id)
-        self.config = write_config(work / "config.yaml", port, PREFIX, work, **sections,
-                                   mqtt={"client_id": f"hayakoe-pi-{self.id}"}, **(extra or {}))
+        self.config = write_config(work / "config.yaml", port, PREFIX, work, **sections)
         self.daemon = None
         self.start()
 
@@ -103,9 +106,6 @@ class Room:
 def start_home_assistant(root: Path, work: Path, port: int, log: Path) -> subprocess.Popen:
     config = work / "config"
     config.mkdir(exist_ok=True)
-    for name in ("automations.yaml", "scripts.yaml"):
-        if not (config / name).exists():
-            (config / name).write_text("[]\n" if name.startswith("auto") else "{}\n")
     (config / "configuration.yaml").write_text(f"""\
 homeassistant:
   name: ha-check
@@ -260,12 +260,18 @@ def check_outside(ha: HomeAssistant, room: Room) -> None:
     step(f"{room.id}: volume, chime, style and quiet hours set over MQTT: Home Assistant shows them")
 
 
-def check_log(log: Path) -> None:
-    """No warning or error in Home Assistant's log but the one --skip-pip always gives."""
+def complaints(log: Path) -> list[str]:
+    """Home Assistant's warnings and errors but the one --skip-pip always gives."""
     expected = ("Skipping pip installation of required modules",)
-    bad = [line for line in log.read_text(errors="replace").splitlines()
-           if (" WARNING " in line or " ERROR " in line or " CRITICAL " in line)
-           and not any(e in line for e in expected)]
+    if not log.exists():
+        return []
+    return [line for line in log.read_text(errors="replace").splitlines()
+            if (" WARNING " in line or " ERROR " in line or " CRITICAL " in line)
+            and not any(e in line for e in expected)]
+
+
+def check_log(log: Path) -> None:
+    bad = complaints(log)
     assert not bad, "Home Assistant's log:\n" + "\n".join(bad[:20])
     step("Home Assistant's log: no warning, no error")
 
@@ -293,11 +299,15 @@ def main(argv: list[str]) -> int:
     ha_port = free_port()
     ha_log = work / "config" / "home-assistant.log"
     try:
-        wav = chime_wav(work / "chime.wav")
-        rooms.append(Room(work / "kitchen", broker.port, ROOMS["kitchen"],
-                          {"wyoming": {"enabled": True, "port": free_port(), "zeroconf": False, "host": "127.0.0.1"}}))
-        rooms.append(Room(work / "living", broker.port, {**ROOMS["living"],
-                                                        "audio": {**ROOMS["living"]["audio"], "chime": str(wav)}}))
+        kitchen, living = ROOMS.values()
+        wyoming = {"enabled": True, "port": free_port(), "zeroconf": False, "host": "127.0.0.1"}
+        rooms.append(Room(work / "kitchen", broker.port, "kitchen-3fa2c1", {**kitchen, "wyoming": wyoming}))
+        chime = str(chime_wav(work / "chime.wav"))
+        rooms.append(Room(work / "living", broker.port, "hayakoe-pi",
+                          {**living, "audio": {**living["audio"], "chime": chime}}))
+        (work / "config").mkdir()
+        found = readme_blocks(REPO)
+        scripts = write_into(work / "config", found)
         step(f"mosquitto on port {broker.port}, daemons {', '.join(r.id for r in rooms)} online")
         ha_proc = start_home_assistant(args.root, work, ha_port, work / "hass.out")
         ha = HomeAssistant(ha_port)
@@ -307,15 +317,19 @@ def main(argv: list[str]) -> int:
         version = ha.ok("GET", "/api/config")["version"]
         step(f"Home Assistant {version} on port {ha_port}, onboarded")
         add_mqtt(ha, broker.port)
+        readme_loaded(ha, found, scripts)
         check_discovery(ha, rooms)
         check_notify(ha, rooms)
         for room in rooms:
             check_entities(ha, room)
             check_outside(ha, room)
+        check_readme(ha, rooms, found, scripts, PREFIX, step)
         check_repairs(ha)
         check_log(ha_log)
     except AssertionError as e:
         print(f"ha-check: FAILED: {e}", file=sys.stderr, flush=True)
+        for line in complaints(ha_log)[:20]:
+            print(f"  Home Assistant: {line[:600]}", file=sys.stderr)
         return 1
     finally:
         if ha_proc:
