@@ -260,6 +260,47 @@ def check_outside(ha: HomeAssistant, room: Room) -> None:
     step(f"{room.id}: volume, chime, style and quiet hours set over MQTT: Home Assistant shows them")
 
 
+def all_available(ha: HomeAssistant, rooms: list[Room], timeout: float) -> None:
+    for room in rooms:
+        for config in room.discovery():
+            entity_id = config["default_entity_id"]
+            wait_for(lambda: shown(ha, entity_id) not in (None, "unavailable"), timeout,
+                     what=f"{entity_id} available (shows {shown(ha, entity_id)!r})")
+
+
+def check_daemon_restart(ha: HomeAssistant, room: Room) -> None:
+    """A daemon stopped shows as unavailable (its Last Will, or its own offline), then available."""
+    room.daemon.stop()
+    for config in room.discovery():
+        entity_id = config["default_entity_id"]
+        wait_for(lambda: shown(ha, entity_id) == "unavailable", 30, what=f"{entity_id} unavailable")
+    room.start()
+    all_available(ha, [room], 60)
+    step(f"{room.id} restarted: its entities unavailable, then available again")
+
+
+def check_forget(ha: HomeAssistant, room: Room) -> None:
+    """`hayakoe-pi forget`, as install.sh --uninstall runs it (the service stopped), takes the
+    device out of Home Assistant."""
+    room.daemon.stop()
+    done = subprocess.run([sys.executable, "-m", "hayakoe_pi.cli", "forget", "--config", str(room.config)],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    def gone():
+        ws = ha.ws()
+        try:
+            devices = ws.call("config/device_registry/list")
+            entities = [e["entity_id"] for e in ws.call("config/entity_registry/list")
+                        if e["unique_id"].startswith(f"{room.id}_") and e["platform"] == "mqtt"]
+        finally:
+            ws.close()
+        return not entities and not any(["mqtt", room.id] in d["identifiers"] for d in devices)
+
+    wait_for(gone, 30, interval=0.5, what=f"{room.id}'s device and entities gone from Home Assistant")
+    step(f"hayakoe-pi forget: {room.id}'s device and entities gone from Home Assistant")
+
+
 def complaints(log: Path) -> list[str]:
     """Home Assistant's warnings and errors but the one --skip-pip always gives."""
     expected = ("Skipping pip installation of required modules",)
@@ -324,7 +365,17 @@ def main(argv: list[str]) -> int:
             check_entities(ha, room)
             check_outside(ha, room)
         check_readme(ha, rooms, found, scripts, PREFIX, step)
+        stop_home_assistant(ha_proc)
+        ha_proc = start_home_assistant(args.root, work, ha_port, work / "hass.out")
+        wait_for(lambda: ha.up() or ha_proc.poll() is not None, 180, interval=0.5, what="Home Assistant again")
+        ha.login_again()
+        all_available(ha, rooms, 60)
+        step("Home Assistant restarted: every entity available again")
+        check_notify(ha, rooms[::-1])
+        check_daemon_restart(ha, rooms[0])
         check_repairs(ha)
+        for room in rooms:
+            check_forget(ha, room)
         check_log(ha_log)
     except AssertionError as e:
         print(f"ha-check: FAILED: {e}", file=sys.stderr, flush=True)
