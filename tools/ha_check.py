@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tools"), str(REPO)]
 
 from ha_api import HomeAssistant  # noqa: E402
+from ha_wyoming import add_wyoming, check_assist, check_tts  # noqa: E402
 from ha_readme import check_readme, loaded as readme_loaded, readme_blocks, write_into  # noqa: E402
 from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, wait_for, write_config  # noqa: E402
 
@@ -67,7 +68,8 @@ class Room:
         work.mkdir(parents=True, exist_ok=True)
         self.sink = AlsaSink(work, paced=False)
         self.probe = Probe(port, PREFIX, device=self.id)
-        self.config = write_config(work / "config.yaml", port, PREFIX, work, **sections)
+        self.config = write_config(work / "config.yaml", port, PREFIX, work, **sections,
+                                   dictionary={"file": str(work / "dictionary.yaml")})  # not the host's
         self.daemon = None
         self.start()
 
@@ -311,10 +313,14 @@ def complaints(log: Path) -> list[str]:
             and not any(e in line for e in expected)]
 
 
-def check_log(log: Path) -> None:
+def check_log(log: Path, rooms: list[Room]) -> None:
     bad = complaints(log)
     assert not bad, "Home Assistant's log:\n" + "\n".join(bad[:20])
-    step("Home Assistant's log: no warning, no error")
+    for room in rooms:  # and the daemons said nothing of a problem either (their last run)
+        bad = [line for line in room.daemon.output().splitlines()
+               if line.startswith(("WARNING ", "ERROR ", "CRITICAL ", "Traceback"))]
+        assert not bad, f"{room.id}'s log:\n" + "\n".join(bad[:20])
+    step("Home Assistant's log and the daemons': no warning, no error")
 
 
 def check_repairs(ha: HomeAssistant) -> None:
@@ -365,6 +371,10 @@ def main(argv: list[str]) -> int:
             check_entities(ha, room)
             check_outside(ha, room)
         check_readme(ha, rooms, found, scripts, PREFIX, step)
+        engine = add_wyoming(ha, wyoming["port"])
+        step(f"Wyoming: the config flow found the engine at 127.0.0.1:{wyoming['port']}: {engine}")
+        check_tts(ha, engine, wyoming["port"], step)
+        check_assist(ha, engine, step)
         stop_home_assistant(ha_proc)
         ha_proc = start_home_assistant(args.root, work, ha_port, work / "hass.out")
         wait_for(lambda: ha.up() or ha_proc.poll() is not None, 180, interval=0.5, what="Home Assistant again")
@@ -376,7 +386,7 @@ def main(argv: list[str]) -> int:
         check_repairs(ha)
         for room in rooms:
             check_forget(ha, room)
-        check_log(ha_log)
+        check_log(ha_log, rooms)
     except AssertionError as e:
         print(f"ha-check: FAILED: {e}", file=sys.stderr, flush=True)
         for line in complaints(ha_log)[:20]:
