@@ -31,17 +31,23 @@ from ha_readme import check_readme, loaded as readme_loaded, readme_blocks, writ
 from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, wait_for, write_config  # noqa: E402
 
 PREFIX = "hayakoe"  # the README's topics: its automations publish to hayakoe/say
-# Two rooms, as the documents name them: the kitchen (notify.kitchen_3fa2c1_say), with Assist,
-# and a Pi installed before device.id existed (notify.hayakoe_pi_say: client id hayakoe-pi),
-# with a chime file of its own (its select has the option `file`).
-ROOMS = {
-    "kitchen-3fa2c1": {"device": {"id": "kitchen-3fa2c1", "name": "Kitchen", "area": "Kitchen"},
-                       "mqtt": {"client_id": "hayakoe-pi-kitchen-3fa2c1"},
-                       "audio": {"quiet_hours": {"from": "22:00", "to": "07:00", "volume": 30}}},
-    "hayakoe-pi": {"device": {"id": None, "name": "Living room", "area": "Study"},
-                   "mqtt": {"client_id": "hayakoe-pi"},
-                   "audio": {"quiet_hours": {"from": "23:00", "to": "06:00", "volume": 20}}},
-}
+
+def rooms_config(work: Path) -> dict[str, dict]:
+    """Two rooms, as the documents name them (device.id → config sections): the kitchen
+    (notify.kitchen_3fa2c1_say), with Wyoming, and a Pi installed before device.id existed
+    (notify.hayakoe_pi_say: client id hayakoe-pi), with a chime file of its own (its select
+    has the option `file`)."""
+    return {
+        "kitchen-3fa2c1": {"device": {"id": "kitchen-3fa2c1", "name": "Kitchen", "area": "Kitchen"},
+                           "mqtt": {"client_id": "hayakoe-pi-kitchen-3fa2c1"},
+                           "audio": {"quiet_hours": {"from": "22:00", "to": "07:00", "volume": 30}},
+                           "wyoming": {"enabled": True, "port": free_port(), "zeroconf": False,
+                                       "host": "127.0.0.1"}},
+        "hayakoe-pi": {"device": {"id": None, "name": "Living room", "area": "Study"},
+                       "mqtt": {"client_id": "hayakoe-pi"},
+                       "audio": {"quiet_hours": {"from": "23:00", "to": "06:00", "volume": 20},
+                                 "chime": str(chime_wav(work / "chime.wav"))}},
+    }
 CHROOT_ENV = ["/usr/bin/env", "-i", "PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
               "LANG=C.UTF-8", "TZ=UTC"]
 
@@ -105,9 +111,9 @@ class Room:
         self.sink.stop()
 
 
-def start_home_assistant(root: Path, work: Path, port: int, log: Path) -> subprocess.Popen:
+def start_home_assistant(root: Path, work: Path, ha: HomeAssistant) -> subprocess.Popen:
+    """Home Assistant in the chroot on `work`/config (its log there too), once it answers."""
     config = work / "config"
-    config.mkdir(exist_ok=True)
     (config / "configuration.yaml").write_text(f"""\
 homeassistant:
   name: ha-check
@@ -120,7 +126,7 @@ homeassistant:
   elevation: 0
 http:
   server_host: 127.0.0.1
-  server_port: {port}
+  server_port: {ha.port}
 api:
 config:
 onboarding:
@@ -131,8 +137,12 @@ script: !include scripts.yaml
 logger:
   default: info
 """)
-    return subprocess.Popen(["chroot", str(root), *CHROOT_ENV, "/opt/ha/bin/hass", "--skip-pip", "-c", "/work/config"],
-                            stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+    out = work / "hass.out"
+    proc = subprocess.Popen(["chroot", str(root), *CHROOT_ENV, "/opt/ha/bin/hass", "--skip-pip", "-c", "/work/config"],
+                            stdout=open(out, "ab"), stderr=subprocess.STDOUT)
+    wait_for(lambda: ha.up() or proc.poll() is not None, 180, interval=0.5, what="Home Assistant to answer")
+    assert proc.poll() is None, out.read_text()[-3000:]
+    return proc
 
 
 def stop_home_assistant(proc: subprocess.Popen) -> None:
@@ -343,26 +353,21 @@ def main(argv: list[str]) -> int:
     broker = Mosquitto(work / "broker").start()
     rooms: list[Room] = []
     ha_proc = None
-    ha_port = free_port()
     ha_log = work / "config" / "home-assistant.log"
     try:
-        kitchen, living = ROOMS.values()
-        wyoming = {"enabled": True, "port": free_port(), "zeroconf": False, "host": "127.0.0.1"}
-        rooms.append(Room(work / "kitchen", broker.port, "kitchen-3fa2c1", {**kitchen, "wyoming": wyoming}))
-        chime = str(chime_wav(work / "chime.wav"))
-        rooms.append(Room(work / "living", broker.port, "hayakoe-pi",
-                          {**living, "audio": {**living["audio"], "chime": chime}}))
+        configs = rooms_config(work)
+        for node, sections in configs.items():
+            rooms.append(Room(work / node, broker.port, node, sections))
+        wyoming = configs["kitchen-3fa2c1"]["wyoming"]
         (work / "config").mkdir()
         found = readme_blocks(REPO)
         scripts = write_into(work / "config", found)
         step(f"mosquitto on port {broker.port}, daemons {', '.join(r.id for r in rooms)} online")
-        ha_proc = start_home_assistant(args.root, work, ha_port, work / "hass.out")
-        ha = HomeAssistant(ha_port)
-        wait_for(lambda: ha.up() or ha_proc.poll() is not None, 180, interval=0.5, what="Home Assistant to answer")
-        assert ha_proc.poll() is None, (work / "hass.out").read_text()[-3000:]
+        ha = HomeAssistant(free_port())
+        ha_proc = start_home_assistant(args.root, work, ha)
         ha.onboard()
         version = ha.ok("GET", "/api/config")["version"]
-        step(f"Home Assistant {version} on port {ha_port}, onboarded")
+        step(f"Home Assistant {version} on port {ha.port}, onboarded")
         add_mqtt(ha, broker.port)
         readme_loaded(ha, found, scripts)
         check_discovery(ha, rooms)
@@ -376,8 +381,7 @@ def main(argv: list[str]) -> int:
         check_tts(ha, engine, wyoming["port"], step)
         check_assist(ha, engine, step)
         stop_home_assistant(ha_proc)
-        ha_proc = start_home_assistant(args.root, work, ha_port, work / "hass.out")
-        wait_for(lambda: ha.up() or ha_proc.poll() is not None, 180, interval=0.5, what="Home Assistant again")
+        ha_proc = start_home_assistant(args.root, work, ha)
         ha.login_again()
         all_available(ha, rooms, 60)
         step("Home Assistant restarted: every entity available again")
