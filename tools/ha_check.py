@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tools"), str(REPO)]
 
 from ha_api import HomeAssistant  # noqa: E402
-from ha_wyoming import add_wyoming, check_assist, check_tts  # noqa: E402
+from ha_wyoming import add_wyoming, check_assist, check_tts, discovered  # noqa: E402
 from ha_readme import check_readme, loaded as readme_loaded, readme_blocks, write_into  # noqa: E402
 from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, wait_for, write_config  # noqa: E402
 
@@ -41,7 +41,7 @@ def rooms_config(work: Path) -> dict[str, dict]:
         "kitchen-3fa2c1": {"device": {"id": "kitchen-3fa2c1", "name": "Kitchen", "area": "Kitchen"},
                            "mqtt": {"client_id": "hayakoe-pi-kitchen-3fa2c1"},
                            "audio": {"quiet_hours": {"from": "22:00", "to": "07:00", "volume": 30}},
-                           "wyoming": {"enabled": True, "port": free_port(), "zeroconf": False,
+                           "wyoming": {"enabled": True, "port": free_port(), "zeroconf": True,
                                        "host": "127.0.0.1"}},
         "hayakoe-pi": {"device": {"id": None, "name": "Living room", "area": "Study"},
                        "mqtt": {"client_id": "hayakoe-pi"},
@@ -132,6 +132,7 @@ config:
 onboarding:
 assist_pipeline:
 conversation:
+zeroconf:
 automation: !include automations.yaml
 script: !include scripts.yaml
 logger:
@@ -376,6 +377,7 @@ def main(argv: list[str]) -> int:
             check_entities(ha, room)
             check_outside(ha, room)
         check_readme(ha, rooms, found, scripts, PREFIX, step)
+        step(f"Wyoming: Home Assistant discovered {discovered(ha)!r} (zeroconf)")
         engine = add_wyoming(ha, wyoming["port"])
         step(f"Wyoming: the config flow found the engine at 127.0.0.1:{wyoming['port']}: {engine}")
         check_tts(ha, engine, wyoming["port"], step)

@@ -1,5 +1,5 @@
 """Home Assistant's Wyoming integration on a daemon's Wyoming server, as tools/ha_check.py runs it:
-the config flow by host and port, `tts` through Home Assistant (mp3, its default, and WAV of
+its zeroconf discovery, the config flow by host and port, `tts` through Home Assistant (mp3, its default, and WAV of
 the length the server itself gives), and an Assist pipeline that answers with our audio."""
 
 from __future__ import annotations
@@ -9,9 +9,25 @@ import io
 import wave
 from types import SimpleNamespace
 
+from harness import wait_for
 from test_wyoming import synthesize  # the tests' own Wyoming client
 
 TEXT = "今日は良い天気です。"
+
+
+def discovered(ha, timeout: float = 60) -> str:
+    """The name of the Wyoming server Home Assistant found by zeroconf (Settings → Devices &
+    services → Discovered), as it shows it."""
+    def flows():
+        ws = ha.ws()
+        try:
+            return [f for f in ws.call("config_entries/flow/progress")
+                    if f["handler"] == "wyoming" and f["context"].get("source") == "zeroconf"]
+        finally:
+            ws.close()
+
+    found = wait_for(flows, timeout, interval=1, what="Home Assistant to discover the Wyoming server (zeroconf)")
+    return found[0]["context"]["title_placeholders"]["name"]
 
 
 def add_wyoming(ha, port: int) -> str:
