@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .bounds import quoted_repr
+from .chime import CHOICES as CHIME_CHOICES, OFF, chime_choice
 from .settings import RuntimeChanges, Setting
 
 log = logging.getLogger("hayakoe_pi")
@@ -69,7 +70,7 @@ def playing_volume(volume: float, quiet: QuietHours | None, alert: bool,
 
 
 class AnnouncementSettings:
-    """The chime chosen (none / default / file) and quiet hours on or off: the config's, or as
+    """The chime chosen (off / default / file) and quiet hours on or off: the config's, or as
     Home Assistant changed them (kept by settings.py's rule: a changed config wins)."""
 
     NAMES = ("chime", "quiet_hours")
@@ -77,10 +78,12 @@ class AnnouncementSettings:
     def __init__(self, path: Path, chime: str, quiet: QuietHours | None, config_mtime: float | None = None,
                  read_only: bool = False):
         self.path, self.quiet_hours_config = path, quiet
-        self.chime_options = ["none", "default"] + ([] if chime in ("none", "default") else ["file"])
-        configured = {"chime": "file" if chime not in ("none", "default") else chime, "quiet_hours": quiet is not None}
+        chime = chime_choice(chime)
+        self.chime_options = [*CHIME_CHOICES] + ([] if chime in CHIME_CHOICES else ["file"])
+        configured = {"chime": chime if chime in CHIME_CHOICES else "file", "quiet_hours": quiet is not None}
         self.changes = RuntimeChanges(path, configured, self._usable, config_mtime, read_only,
-                                      shows={"quiet_hours": lambda on: SWITCH[not on]})
+                                      shows={"quiet_hours": lambda on: SWITCH[not on]},
+                                      current=lambda name, value: chime_choice(value) if name == "chime" else value)
         for note in self.changes.dropped:
             log.warning("%s", note)
         self.chime, self.quiet_on = self.changes.value("chime"), self.changes.value("quiet_hours")
@@ -105,12 +108,12 @@ class AnnouncementSettings:
 
     def chime_for(self, asked: bool | str | None) -> str:
         """A message's chime: its "chime" field (true: this Pi's chime, or the default one if
-        this Pi has none; false: none; "default", "none" or a WAV's path), else this Pi's."""
+        this Pi has none; false: none; "default", "off" or a WAV's path), else this Pi's."""
         if asked is None:
             return self.chime
         if asked is True:
-            return "default" if self.chime == "none" else self.chime
-        return "none" if asked is False else asked
+            return "default" if self.chime == OFF else self.chime
+        return chime_choice(asked)
 
     def shown(self, name: str) -> str:
         return self.chime if name == "chime" else SWITCH[not self.quiet_on]
@@ -120,6 +123,7 @@ class AnnouncementSettings:
         value = payload.decode("utf-8", errors="replace").strip()
         with self._lock:
             if name == "chime":
+                value = chime_choice(value)
                 if value not in self.chime_options:
                     raise ValueError(f"chime must be one of {', '.join(self.chime_options)}, "
                                      f"got {quoted_repr(value, 40)}")

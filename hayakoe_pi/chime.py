@@ -9,11 +9,20 @@ import numpy as np
 
 from .bounds import quoted_repr
 
-CHOICES = ("none", "default")  # audio.chime, besides a path to a WAV file
+# No chime is "off": Home Assistant's MQTT select takes a state "none" (in any case) for no
+# option at all, and would show the chime as unknown. "none", its former name, is still accepted.
+OFF = "off"
+CHOICES = (OFF, "default")  # audio.chime, besides a path to a WAV file
 TONES_HZ = (880.0, 660.0)      # A5 then E5: a falling fourth, the classic "ding-dong"
 TONE_SECONDS = 0.22            # each tone sounds this long (the second overlaps the first's decay)
 PEAK = 0.35                    # soft: well below full scale before the message's volume
 MAX_WAV_SECONDS = 10.0
+
+
+def chime_choice(value):
+    """audio.chime, a chime/set payload or a kept value as named now: "none" and YAML's bare
+    `off` (false) are "off"; anything else is as given."""
+    return OFF if value is False or value == "none" else value
 
 
 def default_chime(sample_rate: int) -> np.ndarray:
@@ -58,12 +67,12 @@ def read_wav(path: str | Path, sample_rate: int) -> np.ndarray:
 class Chimes:
     """The chime sounds, made or read once per (choice, sample rate).
 
-    `configured` is audio.chime: "none", "default" or a path; a message's
+    `configured` is audio.chime: "off", "default" or a path; a message's
     choice is one of those too ("file" names the configured path), or a WAV
     file in `folder` (audio.chime_dir), the only files a payload may name."""
 
     def __init__(self, configured: str, folder: str | Path = "/etc/hayakoe-pi/chimes"):
-        self.configured = configured
+        self.configured = chime_choice(configured)
         self.folder = Path(folder)
         self._made: dict[tuple[str, int], np.ndarray] = {}
 
@@ -73,7 +82,7 @@ class Chimes:
         folder = self.folder.resolve()
         path = (folder / name).resolve()  # an absolute `name` stays itself
         if path.parent != folder or path.suffix.lower() != ".wav" or any(ord(c) < 32 for c in name):
-            raise ValueError(f"chime must be true, false, \"default\", \"none\" or a .wav file in {folder} "
+            raise ValueError(f"chime must be true, false, \"default\", \"off\" or a .wav file in {folder} "
                              f"(audio.chime_dir), got {quoted_repr(name, 80)}")
         read_wav(path, 44100)  # ValueError saying why it cannot be played
         return str(path)
@@ -83,8 +92,8 @@ class Chimes:
         return None if self.configured in CHOICES else self.configured
 
     def audio(self, choice: str, sample_rate: int) -> np.ndarray | None:
-        """The chime's samples, or None for "none"."""
-        if choice == "none":
+        """The chime's samples, or None for "off"."""
+        if chime_choice(choice) == OFF:
             return None
         if choice == "file":
             choice = self.path or "default"

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from .announcements import QuietHours
-from .chime import CHOICES as CHIME_CHOICES, read_wav
+from .chime import CHOICES as CHIME_CHOICES, chime_choice, read_wav
 from .engine import SPEED_RANGE
 from .layout import DEFAULT_VOICE
 from .models.quantize import DECODER_CHOICES
@@ -121,7 +121,7 @@ class AudioConfig:
     # how much later the card is heard than its buffer says (a receiver's or amplifier's own
     # delay): "at" starts this much sooner here, to keep rooms in step (snapcast's client latency)
     latency_ms: float = setting(0.0, -1000.0, 2000.0)
-    chime: str = "none"  # none, default (made in code) or a path to a 16-bit WAV file
+    chime: str | bool = "off"  # off (YAML's bare off is false; "none", the former name), default or a WAV
     chime_dir: str = "/etc/hayakoe-pi/chimes"  # the WAV files a message's "chime" may name
     quiet_hours: dict | None = None  # {from: "22:00", to: "07:00", volume: 30}, local time
 
@@ -337,11 +337,14 @@ def _check(config: Config) -> None:
         audio.quiet()
     except ValueError as e:
         raise ConfigError(f"audio.quiet_hours: {e}") from None
-    if audio.chime not in CHIME_CHOICES:
+    chime = chime_choice(audio.chime)
+    if chime is True:
+        raise ConfigError("audio.chime must be off, default or a WAV file's path, got true")
+    if chime not in CHIME_CHOICES:
         try:
-            read_wav(audio.chime, 44100)
+            read_wav(chime, 44100)
         except ValueError as e:
-            raise ConfigError(f"audio.chime must be none, default or a WAV file: {e}") from None
+            raise ConfigError(f"audio.chime must be off, default or a WAV file: {e}") from None
     tls = config.mqtt.tls
     if tls.enabled and tls.ca_file and not Path(tls.ca_file).is_file():
         raise ConfigError(f"mqtt.tls.ca_file {tls.ca_file} does not exist")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from . import __version__
+from .chime import CHOICES as CHIME_CHOICES
 from .config import Identity
 from .topics import ANNOUNCEMENT, SELECTION, Topics
 
@@ -19,7 +20,7 @@ ORIGIN = {"name": "hayakoe-pi", "sw_version": __version__}
 
 
 def discovery_messages(topics: Topics, identity: Identity, voices: list[str],
-                       styles: list[str], chimes: list[str] = ("none", "default")) -> list[tuple[str, dict]]:
+                       styles: list[str], chimes: list[str] = CHIME_CHOICES) -> list[tuple[str, dict]]:
     """(topic, config) for each Home Assistant entity of this Pi's device."""
     node = identity.id
     device = {
@@ -34,9 +35,9 @@ def discovery_messages(topics: Topics, identity: Identity, voices: list[str],
     }
 
     def entity(component: str, key: str, name: str, **fields) -> tuple[str, dict]:
-        # default_entity_id names the entity as Home Assistant 2025.10+ wants it; object_id (deprecated
-        # there, ignored when both come) keeps the same entity id on older versions
-        config = {"name": name, "unique_id": f"{node}_{key}", "object_id": f"{node}_{key}",
+        # default_entity_id (Home Assistant 2025.10 and later, the oldest the README supports) names
+        # the entity; object_id, which it replaced, is no longer sent
+        config = {"name": name, "unique_id": f"{node}_{key}",
                   "default_entity_id": f"{component}.{entity_slug(node)}_{key}", "origin": ORIGIN,
                   **common, **fields}
         return f"{topics.discovery_prefix}/{component}/{node}/{key}/config", config

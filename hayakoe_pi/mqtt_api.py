@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .bounds import QUOTE_CHARS, REASON_CHARS, quoted, quoted_repr
+from .chime import CHOICES as CHIME_CHOICES, chime_choice
 from .engine import SPEED_RANGE
 from .speech import SpeechError, SpeechService, check_number
 
@@ -183,12 +184,14 @@ def _parse_json(raw: str, service: SpeechService, chime_file=None) -> SayRequest
 
 
 def parse_chime(value, chime_file=None) -> bool | str:
-    """The "chime" field: true (this Pi's chime), false (none), "default", "none", or a WAV
-    file in audio.chime_dir (its name or path; nothing else in a payload is read as a file)."""
-    if isinstance(value, bool) or value in ("none", "default"):
+    """The "chime" field: true (this Pi's chime), false (none), "default", "off" ("none"), or a
+    WAV file in audio.chime_dir (its name or path; nothing else in a payload is read as a file)."""
+    if isinstance(value, bool):
         return value
+    if value in ("none", *CHIME_CHOICES):
+        return chime_choice(value)
     if not isinstance(value, str) or not value.strip() or chime_file is None:
-        raise ValueError("chime must be true, false, \"default\", \"none\" or a WAV file in audio.chime_dir")
+        raise ValueError("chime must be true, false, \"default\", \"off\" or a WAV file in audio.chime_dir")
     return chime_file(value)
 
 

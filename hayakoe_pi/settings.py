@@ -45,6 +45,7 @@ class Setting:
 class RuntimeChanges:
     """The changes made at run time to `config`'s settings (name → the config's value), in `path`.
 
+    `current(name, value)` names a kept value as this version does (a value renamed since).
     `usable(name, value)` says whether a kept value can still be used (a volume in range, a voice
     still installed): one that cannot is dropped. `config_mtime`: when the config file was last
     changed, to read a file of an older version, which kept its values without the config's
@@ -54,7 +55,8 @@ class RuntimeChanges:
 
     def __init__(self, path: Path, config: dict[str, Any], usable: Callable[[str, Any], bool] | None = None,
                  config_mtime: float | None = None, read_only: bool = False,
-                 shows: dict[str, Callable[[Any], str]] | None = None):
+                 shows: dict[str, Callable[[Any], str]] | None = None,
+                 current: Callable[[str, Any], Any] | None = None):
         self.path, self.config, self.read_only, self.shows = path, dict(config), read_only, shows or {}
         self.values: dict[str, Any] = {}  # name → value, for the changes that win
         self.dropped: list[str] = []
@@ -71,6 +73,8 @@ class RuntimeChanges:
         for name, value, against in self._entries(saved, config_mtime):
             if name not in self.config:
                 continue
+            if current is not None:  # an older version's name for a value, as named now
+                value, against = current(name, value), current(name, against)
             show = self.shown(name)
             if against != self.config[name]:
                 self.dropped.append(f"{name} {show(value)}, set over MQTT when the config said {show(against)}, "

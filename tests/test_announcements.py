@@ -259,3 +259,34 @@ def test_a_message_may_name_only_wav_files_in_the_chime_folder(tmp_path):
         with pytest.raises(ValueError, match="chime"):
             parse_chime(bad, chimes.resolve)
     assert abs(chimes.audio(bell, 44100).size - default_chime(44100).size) <= 2  # resampled to the voice's rate
+
+
+def test_no_chime_is_off_and_none_is_still_taken_for_it(tmp_path):
+    """Home Assistant's select shows a state "none" as no option (unknown): the chime's is "off".
+    "none", its former name, still works in config.yaml, in chime/set, in a message and in a
+    kept announcements.json."""
+    from hayakoe_pi.announcements import AnnouncementSettings
+    from hayakoe_pi.chime import Chimes
+    from hayakoe_pi.config import ConfigError, load_config
+    from hayakoe_pi.mqtt_api import parse_chime
+
+    path = tmp_path / "announcements.json"
+    for configured in ("none", "off", False):  # False: YAML's bare `chime: off`
+        settings = AnnouncementSettings(path, configured, None)
+        assert settings.chime == "off" and settings.chime_options == ["off", "default"]
+        assert Chimes(configured).audio(settings.chime, 22050) is None
+    settings = AnnouncementSettings(path, "default", None)
+    settings.set("chime", b"none")
+    assert settings.chime == settings.shown("chime") == "off"
+    assert AnnouncementSettings(path, "default", None).chime == "off"  # kept as the change it is
+    path.write_text('{"changes": {"chime": {"value": "none", "config": "default"}}}')  # an older version's
+    assert AnnouncementSettings(path, "default", None).chime == "off"
+    path.write_text('{"changes": {"chime": {"value": "default", "config": "none"}}}')
+    assert AnnouncementSettings(path, "off", None).chime == "default"  # the config is as it was then
+    assert parse_chime("none") == parse_chime("off") == "off" and parse_chime(False) is False
+    for text in ("chime: off", "chime: none", "chime: 'off'"):
+        (tmp_path / "config.yaml").write_text(f"audio:\n  {text}\n")
+        assert load_config(tmp_path / "config.yaml").audio.chime in ("off", "none", False)
+    (tmp_path / "config.yaml").write_text("audio:\n  chime: on\n")
+    with pytest.raises(ConfigError, match="audio.chime must be off, default or a WAV"):
+        load_config(tmp_path / "config.yaml")

@@ -218,7 +218,7 @@ def test_home_assistant_discovery(app):
     assert by_kind["select:voice"]["options"] == ["tiny-voice", "tiny-voice-nodur"]
     assert "Neutral" in by_kind["select:style"]["options"]
     assert by_kind["button:stop"]["command_topic"] == f"{app.prefix}/pi/stop"
-    assert by_kind["select:chime"]["options"] == ["none", "default"]
+    assert by_kind["select:chime"]["options"] == ["off", "default"]
     assert by_kind["switch:quiet_hours"]["command_topic"] == f"{app.prefix}/pi/quiet_hours/set"
     late = Probe(app.broker.port, app.prefix)  # retained, so a restarted HA finds them too
     try:

@@ -18,7 +18,6 @@ COMMON = {
     "device", "enabled_by_default", "entity_category", "entity_picture", "icon", "json_attributes_template",
     "json_attributes_topic", "message_expiry_interval", "name", "origin", "payload_available",
     "payload_not_available", "unique_id", "visible_by_default",
-    "object_id",  # Home Assistant before 2025.10 (deprecated there, ignored from 2026.4): same entity ids
 }
 PLATFORM = {
     "notify": {"command_template", "command_topic", "encoding", "qos", "retain"},
@@ -74,7 +73,7 @@ def test_default_entity_id_and_origin_are_sent_and_keep_the_promised_ids():
     for topic, config in messages():
         platform, node, key = topic.split("/")[1:4]
         assert config["default_entity_id"] == f"{platform}.hayakoe_pi_{key}"
-        assert config["object_id"] == f"{node}_{key}"  # older Home Assistant: slugified to the same id
+        assert "object_id" not in config  # replaced by default_entity_id (2025.10), ignored since 2026.4
         assert config["origin"] == {"name": "hayakoe-pi", "sw_version": __version__}
         ids.add(config["default_entity_id"])
     assert ids == PROMISED
@@ -109,7 +108,7 @@ def test_each_pi_is_its_own_device_in_its_area():
 # sources as the key lists above): a wrong type or value makes Home Assistant drop the entity.
 TOPIC = "a topic (no wildcards)"
 VALUES = {
-    "name": str, "unique_id": str, "object_id": str, "default_entity_id": str, "icon": str,
+    "name": str, "unique_id": str, "default_entity_id": str, "icon": str,
     "availability_topic": TOPIC, "command_topic": TOPIC, "state_topic": TOPIC,
     "payload_available": str, "payload_not_available": str, "payload_press": str,
     "qos": {0, 1, 2}, "min": float, "max": float, "step": float, "mode": {"auto", "box", "slider"},
@@ -170,3 +169,17 @@ def test_disk_space_is_shown_by_two_diagnostic_entities_that_forget_clears():
     assert free["entity_category"] == low["entity_category"] == "diagnostic"
     assert not any("entity_category" in c for c in by_id.values() if c not in (free, low))  # the others: controls
     assert {free["state_topic"], low["state_topic"]} <= set(retained_topics(topics, me))
+
+
+def test_no_select_offers_an_option_home_assistant_shows_as_unknown(tmp_path):
+    """Home Assistant's MQTT select takes a state equal to "none", in any case, for no option at
+    all: it would show the chime as unknown whenever there is none (seen in Home Assistant
+    2026.11, tools/ha-check). The options as the daemon sends them (reports.py)."""
+    from hayakoe_pi.announcements import AnnouncementSettings
+
+    me = Config().identity()
+    for configured in ("none", "off", "default", str(tmp_path / "bell.wav")):
+        chimes = AnnouncementSettings(tmp_path / "announcements.json", configured, None).chime_options
+        for _, config in discovery_messages(Topics("hayakoe", me.id), me, ["jvnv-F1-jp"], ["Neutral"], chimes):
+            for option in config.get("options", []):
+                assert option.lower() != "none", (config["unique_id"], config["options"])

@@ -93,7 +93,7 @@ def test_the_chime_and_quiet_hours_follow_the_same_rule(tmp_path):
     a.set("chime", b"none")
     # the config's chime changed since: its value wins, the quiet hours switch is still Home Assistant's
     b = AnnouncementSettings(path, "none", quiet)
-    assert (b.chime, b.quiet) == ("none", None)
+    assert (b.chime, b.quiet) == ("off", None)
     assert AnnouncementSettings(path, "default", quiet).chime == "default"  # the change was dropped for good
 
 
