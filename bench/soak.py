@@ -64,7 +64,7 @@ def main() -> int:
     daemon = DaemonProcess(config, sink.home, work / "daemon.log")
     rng = random.Random(0)
     sent_valid, sent_invalid, rss = [], [], []
-    junk_commands = restarts = 0
+    junk_commands = restarts = onlines = 0
     try:
         deadline = time.monotonic() + 90
         while probe.last("status") != b"online":
@@ -104,6 +104,10 @@ def main() -> int:
             time.sleep(1)
         time.sleep(3)
         events = list(probe.event_log)
+        # every connect says online (live, not a retained copy): the first, one after each broker restart;
+        # any more is a connection the broker dropped
+        onlines = sum(1 for topic, payload, retained in probe.messages
+                      if topic == probe.topic("status") and payload == b"online" and not retained)
     finally:
         alive = daemon.proc.poll() is None
         daemon.stop()
@@ -122,16 +126,16 @@ def main() -> int:
     print(f"valid sent {len(sent_valid)}, finished {len(finished)}, spoken twice {len(twice)}, "
           f"unanswered {len(unanswered)}; invalid sent {len(sent_invalid)}, junk commands {junk_commands}, "
           f"error events {len(errors)}")
-    flaps = sum(1 for topic, payload, _ in probe.messages if topic == probe.topic("status") and payload == b"offline")
+    flaps = onlines - 1 - restarts
     retained_volume_obeyed = probe.last("volume") == b"5"
-    print(f"status offline {flaps} times (the broker restarted {restarts} times); "
-          f"the retained volume 5 % obeyed: {retained_volume_obeyed}")
+    print(f"connections dropped other than by a broker restart: {flaps} (online {onlines} times, the broker "
+          f"restarted {restarts} times); the retained volume 5 % obeyed: {retained_volume_obeyed}")
     if rss:
         first = min(r for t, r in rss if t >= min(60, rss[-1][0] / 2))
         print(f"RSS MB: start {rss[0][1]:.0f}, after warm-up {first:.0f}, end {rss[-1][1]:.0f}, "
               f"max {max(r for _, r in rss):.0f}")
     print(f"daemon alive at the end: {alive}; log: {work / 'daemon.log'}")
-    ok = alive and not unanswered and not twice and flaps <= restarts and not retained_volume_obeyed
+    ok = alive and not unanswered and not twice and flaps <= 0 and not retained_volume_obeyed
     return 0 if ok else 1
 
 
