@@ -2,16 +2,18 @@
 
     python bench/soak.py --minutes 30 [--models DIR --voice NAME] [--restart-every 120]
 
-Starts a private mosquitto on a loopback port and the daemon (ALSA into a
-file sink drained at real-time speed, as in the tests), then until the time
-is up: publishes a mix of valid and invalid `say` messages with ids, and junk on
-the command topics (a 60 KB dictionary word, settings out of range, bad JSON),
-restarts the broker every `--restart-every` seconds, and samples the daemon's
-RSS. A retained `stop` and a retained volume lie on the broker from the start:
-the daemon is handed them again at every reconnect and must ignore them.
+Starts a private mosquitto with the installer's settings (its packet limit
+too) on a loopback port and the daemon (ALSA into a file sink drained at
+real-time speed, as in the tests), then until the time is up: publishes a
+mix of valid and invalid `say` messages with ids, and junk on the command
+topics (a 60 KB dictionary word, settings out of range, bad JSON), restarts
+the broker every `--restart-every` seconds, and samples the daemon's RSS. A
+retained `stop` and a retained volume lie on the broker from the start: the
+daemon is handed them again at every reconnect and must ignore them.
 At the end it prints what happened to every message and the RSS curve, and
 fails (exit 1) if a message got no answer, a valid one was spoken other than
-once, or the daemon died.
+once, the daemon died, a connection fell other than by a broker restart, or
+a retained command was obeyed.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def main() -> int:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="hayakoe-soak-"))
-    broker = Mosquitto(work / "broker").start()
+    broker = Mosquitto(work / "broker", as_installed=True).start()  # the installer's limits (max_packet_size)
     sink = AlsaSink(work)
     prefix = f"soak{broker.port}"
     config = write_config(work / "config.yaml", broker.port, prefix, work, models={"dir": args.models},
