@@ -340,7 +340,8 @@ venv_packages() { "$VENV/bin/python" -m pip list --disable-pip-version-check --f
 before="$(venv_packages)"
 pip_install --require-hashes -r "$SRC/locks/runtime.txt" ||
     die "pip could not install the tested versions (locks/runtime.txt) into $VENV (see above: is PyPI reachable?" \
-        "a hash that does not match is a file that is not the one tested: nothing of it was installed)"
+        "a hash that does not match is a file other than the one tested); nothing was installed or restarted:" \
+        "the program as it was keeps running"
 pip_install --no-deps --no-build-isolation --upgrade "$BUILD_DIR" ||
     die "pip could not install hayakoe-pi into $VENV (see above)"
 # what an upgrade changed, package by package (a new virtualenv: only how many)
