@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Install, upgrade or remove hayakoe-pi on Raspberry Pi OS bookworm / Debian 12.
+# Install, upgrade or remove hayakoe-pi on Raspberry Pi OS (64-bit) or Debian: 13 (trixie) or 12 (bookworm).
 #
 #   sudo ./install.sh [--voice NAME] [--models-from DIR] [--name NAME] [--area AREA] [--no-start]
 #                     [--lan-broker [--lan-interface IFACE]...]
 #   sudo ./install.sh --uninstall [--purge]
 #
 # Installs the apt packages it needs, a system user "hayakoe-pi" (in group
-# audio), a virtualenv in /opt/hayakoe-pi/venv with this checkout in it, the
+# audio), a virtualenv in /opt/hayakoe-pi/venv with this checkout in it and exactly
+# the package versions that were tested (locks/runtime.txt, hash-checked), the
 # config /etc/hayakoe-pi/config.yaml (only when absent: your edits are never
 # overwritten; a newer default lands beside it as config.yaml.new; the first
 # install gives this Pi its own device.id, unique per installed OS, and its
@@ -15,7 +16,8 @@
 # lemondouble/hayakoe, size- and sha256-checked, resumable; or copied with
 # --models-from), a loopback-only mosquitto when the config points at this
 # machine and no broker answers there, and the systemd service hayakoe-pi.
-# Running it again upgrades in place and skips what is already complete.
+# Running it again upgrades in place (printing the packages whose versions change)
+# and skips what is already complete.
 #
 # --uninstall stops and removes the service, /opt/hayakoe-pi and the
 # /usr/local/bin/hayakoe-pi link, and keeps the config, models and cache;
@@ -262,7 +264,7 @@ if [ "$UNINSTALL" = 1 ]; then
     exit 0
 fi
 
-for f in pyproject.toml config.yaml systemd/hayakoe-pi.service; do
+for f in pyproject.toml locks/runtime.txt config.yaml systemd/hayakoe-pi.service; do
     [ -f "$SRC/$f" ] || die "run me from a hayakoe-pi checkout ($SRC/$f is missing)"
 done
 
@@ -292,7 +294,7 @@ fi
 PYTHON=/usr/bin/python3
 [ -x "$PYTHON" ] || PYTHON="$(command -v python3)" || die "python3 not found"
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
-    die "Python 3.11 or newer is needed (Raspberry Pi OS / Debian bookworm); $PYTHON is $("$PYTHON" -V 2>&1)"
+    die "Python 3.11 or newer is needed (Raspberry Pi OS or Debian 12 or 13); $PYTHON is $("$PYTHON" -V 2>&1)"
 command -v curl >/dev/null || [ -n "$MODELS_FROM" ] || die "curl not found"
 
 # --- service user ---------------------------------------------------------------------
@@ -316,9 +318,11 @@ if [ -d "$VENV" ] && [ "$(py_version "$VENV/bin/python")" != "$(py_version "$PYT
     say "the virtualenv does not fit $PYTHON (an OS upgrade?): making it anew"
     rm -rf "$VENV"
 fi
+NEW_VENV=0
 if [ ! -x "$VENV/bin/python" ]; then
     mkdir -p "$OPT_DIR"
     "$PYTHON" -m venv "$VENV"
+    NEW_VENV=1
 fi
 # Build from a copy, so the checkout gets no build/ or *.egg-info (and may be read-only).
 BUILD_DIR="$(mktemp -d)"
@@ -326,10 +330,27 @@ cleanup() { rm -rf "$BUILD_DIR"; }
 trap cleanup EXIT
 tar -C "$SRC" --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.egg-info' \
     --exclude=./tests --exclude=./bench --exclude=__pycache__ -cf - . | tar -C "$BUILD_DIR" -xf -
+# Exactly the versions that were tested, each file checked against the lock's hashes, then this
+# checkout without dependencies (built with the lock's setuptools: nothing unlocked is fetched).
 # --no-cache-dir: nothing left in /root/.cache/pip (--purge removes what the install made)
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-warn-script-location --no-cache-dir \
-    --upgrade "$BUILD_DIR" ||
-    die "pip could not install hayakoe-pi into $VENV (see above; is PyPI reachable?)"
+pip_install() {
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-warn-script-location --no-cache-dir "$@"
+}
+venv_packages() { "$VENV/bin/python" -m pip list --disable-pip-version-check --format=freeze 2>/dev/null | LC_ALL=C sort; }
+before="$(venv_packages)"
+pip_install --require-hashes -r "$SRC/locks/runtime.txt" ||
+    die "pip could not install the tested versions (locks/runtime.txt) into $VENV (see above: is PyPI reachable?" \
+        "a hash that does not match is a file other than the one tested); nothing was installed or restarted:" \
+        "the program as it was keeps running"
+pip_install --no-deps --no-build-isolation --upgrade "$BUILD_DIR" ||
+    die "pip could not install hayakoe-pi into $VENV (see above)"
+# what an upgrade changed, package by package (a new virtualenv: only how many)
+LC_ALL=C join -t= -a1 -a2 -e - -o 0,1.3,2.3 <(printf '%s\n' "$before" | grep -F '==') <(venv_packages | grep -F '==') |
+    awk -F= -v fresh="$NEW_VENV" '
+        $1 == "hayakoe-pi" || $2 == $3 { next }
+        fresh { n++; next }
+        { print "  " $1 " " ($2 == "-" ? "(new)" : $2) " -> " ($3 == "-" ? "removed" : $3); n++ }
+        END { if (fresh) print "  installed " n " packages (locks/runtime.txt)"; else if (!n) print "  no package changed" }'
 say "installed $("$VENV/bin/python" -m pip --disable-pip-version-check show hayakoe-pi 2>/dev/null |
     sed -n 's/^Version: /hayakoe-pi /p')"
 mkdir -p "$(dirname "$BIN_LINK")"

@@ -7,6 +7,8 @@ whatever was queued or being spoken when the daemon died comes again.
 import json
 from collections import Counter
 
+from hayakoe_pi.models.cpu import cpu_key
+
 from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, appliance, running_daemon, wait_for, write_config
 
 SAMPLE_BYTES = 4  # float32 mono
@@ -110,3 +112,43 @@ def test_a_torn_state_file_is_reported_and_the_configs_values_used(tmp_path):
         assert f"{state} cannot be read" in app.daemon.output()
         assert "the config's values are used" in app.daemon.output()
     assert json.loads(state.read_text()) == {"changes": {}}
+
+
+def test_an_onnx_runtime_upgrade_prepares_again_and_speaks_what_was_sent_meanwhile(tmp_path):
+    """`git pull && sudo ./install.sh` with another ONNX Runtime in the lock: the prepared models'
+    CPU key changes, so the service prepares them again at its start; what was sent while it did
+    waits in the broker and is spoken afterwards, in order."""
+    broker = Mosquitto(tmp_path / "broker").start()
+    prefix = f"hk{broker.port}"
+    probe = Probe(broker.port, prefix)
+    cache = {"dir": str(tmp_path / "cache"), "max_mb": 0}
+    derived = tmp_path / "cache" / "models"
+    ids = ["u1", "u2", "u3"]
+    daemon = None
+    try:
+        with running_daemon(tmp_path / "before", broker.port, prefix, probe, cache=cache) as app:
+            assert app.probe.reply("say", {"id": "u0", "text": "はい。"})["event"] == "finished"
+        key = cpu_key()
+        stale = list(derived.rglob(f"*.{key}.*"))
+        assert stale
+        for path in stale:  # as the ONNX Runtime before the upgrade would have named them
+            path.rename(path.with_name(path.name.replace(key, "0older0ort0")))
+
+        sink = AlsaSink(tmp_path / "after")
+        config = write_config(tmp_path / "after" / "config.yaml", broker.port, prefix, tmp_path / "after", cache=cache)
+        daemon = DaemonProcess(config, sink.home, tmp_path / "after" / "daemon.log")
+        for i in ids:
+            probe.publish("say", {"id": i, "text": "お待たせしました。"})
+        assert probe.last("status") != b"online"  # sent before the service was ready
+        for i in ids:
+            assert probe.next_event(event="finished", id=i, timeout=180)
+    finally:
+        if daemon:
+            daemon.stop()
+            sink.stop()
+        probe.close()
+        broker.stop()
+    finished = [e["id"] for e in events_of(probe) if e["event"] == "finished"]
+    assert finished == ["u0", *ids]
+    assert len(list(derived.rglob(f"*.{key}.*"))) == len(stale)  # made again for this ONNX Runtime
+    assert not list(derived.rglob("*0older0ort0*"))  # and nothing stale left behind

@@ -45,10 +45,10 @@ def voice_files(voice: str, durations: bool = True) -> list[str]:
     return SHARED + [f"onnx/speakers/{voice}/{n}" for n in names]
 
 
-def run_install(root: Path, *args: str, env: dict | None = None, check: bool = True):
+def run_install(root: Path, *args: str, env: dict | None = None, check: bool = True, script: Path = INSTALL):
     e = dict(os.environ, HAYAKOE_ROOT=str(root), HAYAKOE_SKIP_SYSTEM="1")
     e.update(env or {})
-    p = subprocess.run(["bash", str(INSTALL), *args], env=e, capture_output=True, text=True,
+    p = subprocess.run(["bash", str(script), *args], env=e, capture_output=True, text=True,
                        stdin=subprocess.DEVNULL, timeout=900)
     if check:
         assert p.returncode == 0, f"install.sh {' '.join(args)} failed:\n{p.stdout}\n{p.stderr}"
@@ -278,6 +278,95 @@ def test_rerun_is_idempotent_and_keeps_user_edits(installed, one_voice_models):
     assert "set voice.name: tiny-voice-nodur" in p.stderr
     for rel in voice_files("tiny-voice-nodur", durations=False):
         assert filecmp.cmp(models / rel, FIXTURE_MODELS / rel, shallow=False), rel
+
+
+def venv_version(root: Path, package: str) -> str | None:
+    p = subprocess.run([str(root / "opt/hayakoe-pi/venv/bin/python"), "-c",
+                        f"from importlib.metadata import version; print(version({package!r}))"],
+                       capture_output=True, text=True, timeout=60)
+    return p.stdout.strip() if p.returncode == 0 else None
+
+
+def locked_version(package: str) -> str:
+    return re.search(rf"^{re.escape(package)}==([^ ;]+)", (REPO / "locks/runtime.txt").read_text(), re.M).group(1)
+
+
+def test_the_install_is_exactly_the_lock_and_an_upgrade_says_what_changes(installed, one_voice_models):
+    """Before: pip resolved pyproject.toml's ranges afresh on the Pi, on the day it ran; a rerun said
+    nothing of what it changed."""
+    root, p = installed
+    for package in ("onnxruntime", "numpy", "onnx", "paho-mqtt"):
+        assert venv_version(root, package) == locked_version(package), package
+    assert re.search(r"^  installed \d+ packages \(locks/runtime.txt\)$", p.stdout, re.M), p.stdout
+
+    # the Pi has another paho-mqtt (an older install): the upgrade puts the locked one back and says so
+    old = "2.1.0"
+    assert old != locked_version("paho-mqtt")
+    subprocess.run([str(root / "opt/hayakoe-pi/venv/bin/python"), "-m", "pip", "install", "-q",
+                    "--disable-pip-version-check", "--no-deps", f"paho-mqtt=={old}"], check=True, timeout=300)
+    p = run_install(root, "--models-from", str(one_voice_models), "--no-start")
+    assert f"  paho-mqtt {old} -> {locked_version('paho-mqtt')}\n" in p.stdout
+    assert venv_version(root, "paho-mqtt") == locked_version("paho-mqtt")
+    p = run_install(root, "--models-from", str(one_voice_models), "--no-start")
+    assert "  no package changed\n" in p.stdout
+
+
+def checkout_copy(folder: Path) -> Path:
+    """This checkout's committed files, as `git clone` gives them, to change one of them."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for rel in filter(None, files.decode().split("\0")):
+        if (REPO / rel).is_file():
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, folder / rel)
+    return folder
+
+
+def test_a_package_whose_hash_is_not_in_the_lock_is_refused(tmp_path):
+    """A file that is not the one tested (another build, a tampered mirror) is never installed."""
+    checkout = checkout_copy(tmp_path / "checkout")
+    lock = checkout / "locks/runtime.txt"
+    # cffi (the first package pip fetches): its hashes all replaced by one no file of it has
+    text, n = re.subn(r"(?m)^(cffi==\S+ \\\n)(    --hash=sha256:[0-9a-f]{64} \\\n)*    --hash=sha256:[0-9a-f]{64}",
+                      lambda m: m.group(1) + "    --hash=sha256:" + "0" * 64, lock.read_text())
+    assert n == 1
+    lock.write_text(text)
+    root = tmp_path / "root"
+    root.mkdir()
+    p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--no-start",
+                    check=False, script=checkout / "install.sh")
+    assert p.returncode != 0
+    assert "DO NOT MATCH THE HASHES" in p.stderr and "cffi" in p.stderr, p.stderr
+    assert "a file other than the one tested); nothing was installed" in p.stderr
+    assert venv_version(root, "cffi") is None and venv_version(root, "hayakoe-pi") is None
+    assert not (root / "etc/systemd/system/hayakoe-pi.service").exists()
+
+
+def test_an_upgrade_that_cannot_be_installed_leaves_the_program_as_it_was(installed, one_voice_models, tmp_path):
+    """`git pull && sudo ./install.sh` with a lock naming a package that cannot be installed: the
+    installed program is left whole (nothing upgraded, nothing restarted), and the error says so."""
+    root, _ = installed
+    python = root / "opt/hayakoe-pi/venv/bin/python"
+    freeze = [str(python), "-m", "pip", "list", "--disable-pip-version-check", "--format=freeze"]
+    before = subprocess.run(freeze, capture_output=True, text=True, check=True).stdout
+    unit = (root / "etc/systemd/system/hayakoe-pi.service").stat().st_mtime_ns
+    checkout = checkout_copy(tmp_path / "checkout")
+    lock = checkout / "locks/runtime.txt"
+    # a numpy release that does not exist
+    text = re.sub(r"(?m)^numpy==\S+", "numpy==0.0.1", lock.read_text(), count=1)
+    assert text != lock.read_text()
+    lock.write_text(text)
+    p = run_install(root, "--models-from", str(one_voice_models), "--no-start", check=False,
+                    script=checkout / "install.sh")
+    assert p.returncode != 0
+    assert "nothing was installed or restarted: the program as it was keeps running" in p.stderr, p.stderr
+    assert subprocess.run(freeze, capture_output=True, text=True, check=True).stdout == before
+    assert (root / "etc/systemd/system/hayakoe-pi.service").stat().st_mtime_ns == unit
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"), HOME=str(tmp_path))
+    env.pop("PYTHONPATH", None)
+    p = subprocess.run([str(root / "opt/hayakoe-pi/venv/bin/hayakoe-pi"), "frontend", "--models",
+                        str(root / "var/lib/hayakoe-pi/models"), "こんにちは"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0 and json.loads(p.stdout)["phones"], p.stderr
 
 
 def test_an_install_from_before_device_id_keeps_its_ids(installed, one_voice_models):
