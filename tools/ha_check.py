@@ -28,7 +28,7 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / "tools"), str(REPO)]
 from ha_api import HomeAssistant  # noqa: E402
 from ha_wyoming import add_wyoming, check_assist, check_tts, discovered  # noqa: E402
 from ha_readme import check_readme, loaded as readme_loaded, readme_blocks, write_into  # noqa: E402
-from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, wait_for, write_config  # noqa: E402
+from harness import ENTITIES, AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, wait_for, write_config  # noqa: E402
 
 PREFIX = "hayakoe"  # the README's topics: its automations publish to hayakoe/say
 
@@ -179,7 +179,7 @@ def check_discovery(ha: HomeAssistant, rooms: list[Room]) -> None:
         ws.close()
     for room in rooms:
         sent = room.discovery()
-        assert len(sent) == 8, f"{room.id}: {len(sent)} discovery configs, not 8"
+        assert len(sent) == ENTITIES, f"{room.id}: {len(sent)} discovery configs, not {ENTITIES}"
         for config in sent:
             entity_id = config["default_entity_id"]
             entry = entities.get(entity_id)
@@ -271,6 +271,27 @@ def check_outside(ha: HomeAssistant, room: Room) -> None:
         room.probe.publish(f"{room.id}/quiet_hours/set", value)
         agree(ha, room, "quiet_hours", value, value.lower(), f"quiet_hours/set {value} over MQTT")
     step(f"{room.id}: volume, chime, style and quiet hours set over MQTT: Home Assistant shows them")
+
+
+def check_disk_sensors(ha: HomeAssistant, room: Room) -> None:
+    """The diagnostic sensors show what the daemon measured: free MB, and no problem."""
+    free, low = room.entity("disk_free"), room.entity("disk_low")
+    wait_for(lambda: room.retained("disk_free") and room.retained("disk_low"), 20, what=f"{room.id} disk topics")
+
+    def as_number(value: str | None) -> float | None:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return None
+
+    held = float(room.retained("disk_free"))
+    try:
+        wait_for(lambda: as_number(shown(ha, free)) == held and shown(ha, low) == room.retained("disk_low").lower(),
+                 20, what="")
+    except AssertionError:
+        raise AssertionError(f"{free} / {low}: Home Assistant shows {shown(ha, free)!r} / {shown(ha, low)!r}, the "
+                             f"daemon holds {held} / {room.retained('disk_low')!r}") from None
+    step(f"{room.id}: disk space as Home Assistant shows it: {shown(ha, free)} MB free, low {shown(ha, low)}")
 
 
 def all_available(ha: HomeAssistant, rooms: list[Room], timeout: float) -> None:
@@ -376,6 +397,7 @@ def main(argv: list[str]) -> int:
         for room in rooms:
             check_entities(ha, room)
             check_outside(ha, room)
+            check_disk_sensors(ha, room)
         check_readme(ha, rooms, found, scripts, PREFIX, step)
         step(f"Wyoming: Home Assistant discovered {discovered(ha)!r} (zeroconf)")
         engine = add_wyoming(ha, wyoming["port"])
