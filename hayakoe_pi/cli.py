@@ -82,14 +82,9 @@ def _prepare(args: argparse.Namespace) -> int:
         derived = CacheConfig(args.cache).models_dir if args.cache else config.cache.models_dir
     become_owner_of(derived.parent)
     prepare(models, derived, args.voice or None, report=lambda step: print(step.line(), flush=True),
-            decoder=args.decoder or config.engine.decoder, progress=_print_start)
+            decoder=args.decoder or config.engine.decoder,
+            progress=lambda stage, seconds: print(stage.line(seconds), flush=True))
     return 0
-
-
-def _print_start(stage, seconds: float | None) -> None:
-    """prepare's progress: each step as it starts (its time is in the model's line after)."""
-    if seconds is None:
-        print(f"preparing {stage.name()} ...", flush=True)
 
 
 def _say(args: argparse.Namespace) -> int:

@@ -19,9 +19,6 @@ STEP_LIMIT_S = 3600  # the longest step on the slowest Pi takes minutes; an hour
 
 def announce(stage: Stage, seconds: float | None) -> None:
     """prepare's `progress`: one line when a step starts, one when it ends."""
-    if seconds is None:
-        log.info("preparing %s", stage.name())
-        sdnotify.notify(f"STATUS=preparing {stage.name()}", f"EXTEND_TIMEOUT_USEC={STEP_LIMIT_S * 1_000_000}")
-    else:
-        log.info("prepared %s in %.1f s", stage.name(), seconds)
-        sdnotify.notify(f"STATUS=prepared {stage.name()} in {seconds:.0f} s")
+    log.info("%s", stage.line(seconds))
+    more_time = [f"EXTEND_TIMEOUT_USEC={STEP_LIMIT_S * 1_000_000}"] if seconds is None else []
+    sdnotify.notify(f"STATUS={stage.line(seconds)}", *more_time)

@@ -82,6 +82,10 @@ class Stage:
         model = "BERT" if self.what == "bert" else f"voice {self.what}"
         return f"{model} {self.number}/{self.count}: {self.task}"
 
+    def line(self, seconds: float | None = None) -> str:
+        """What `progress` says at the stage's start (None), then at its end."""
+        return f"preparing {self.name()}" if seconds is None else f"prepared {self.name()} in {seconds:.1f} s"
+
 
 VOICE_TASKS = ("split, decoder forms, timings",
                "latents of 12 sentences for the 8-bit decoder",
