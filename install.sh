@@ -31,7 +31,8 @@
 #                          systemctl is then skipped too.
 #   HAYAKOE_SKIP_SYSTEM=1  skip apt-get, the service user (files are owned by
 #                          the caller instead), mosquitto and systemctl.
-#   HAYAKOE_MACHINE=ARCH   what `uname -m` would say (the 32-bit check).
+#   HAYAKOE_MACHINE=ARCH   what `uname -m` would say (the 32-bit check, and a new
+#                          config's engine.decoder: auto on aarch64).
 #   HAYAKOE_HF_BASE=URL    download models from URL/<path> instead of
 #                          https://huggingface.co/lemondouble/hayakoe/resolve/main
 #                          (plain http only here: the tests' local stand-in)
@@ -158,6 +159,8 @@ if [ "$UNINSTALL" = 0 ]; then
                 "install Raspberry Pi OS (64-bit) (a Pi 3, Zero 2 W, 4 or 5 runs it) and run me again" ;;
         *) die "onnxruntime has no wheel for $MACHINE: this installer is for aarch64 and x86_64" ;;
     esac
+    # A new config's engine.decoder: on a Pi the 8-bit decoder where its gate passes (README)
+    case "$MACHINE" in aarch64 | arm64) NEW_DECODER=auto ;; *) NEW_DECODER=fp32 ;; esac
 fi
 # A name of the model layout, read from hayakoe_pi/layout.py as text (a minimal system has no
 # python3 before the apt step): NAME = "a" or NAME = ("a", "b") → a, or a b.
@@ -368,7 +371,7 @@ try:
 except ConfigError as e:
     sys.exit(f"install.sh: error: {e}")
 for value in (c.mqtt.host, c.mqtt.port, c.mqtt.topic_prefix, c.voice.name, c.models.dir, c.audio.device,
-              c.device.id, c.device.name, c.device.area, c.mqtt.username):
+              c.device.id, c.device.name, c.device.area, c.mqtt.username, c.engine.decoder):
     print("" if value is None else str(value).replace("\n", " "))
 EOF
 }
@@ -382,7 +385,8 @@ yaml_text() {
 }
 
 # The repo's default config $1 with voice.name set to $2, audio.device to $3
-# (if given; a name without double quotes), and device.id, name and area to $4-$6.
+# (if given; a name without double quotes), device.id, name and area to $4-$6,
+# and engine.decoder to $7 (if given).
 default_config() {
     local device
     device="$(printf '%s' "${3:-default}" | sed 's/[\\&|]/\\&/g')"
@@ -391,7 +395,8 @@ default_config() {
         -e "/^audio:/,/^[^[:space:]#]/ s|^(  device:[[:space:]]*)default|\\1$device|" \
         -e "/^device:/,/^[^[:space:]#]/ s|^(  id:[[:space:]]*)null|\\1${4:-null}|" \
         -e "/^device:/,/^[^[:space:]#]/ s|^(  name:[[:space:]]*)null|\\1$(yaml_text "${5:-}")|" \
-        -e "/^device:/,/^[^[:space:]#]/ s|^(  area:[[:space:]]*)null|\\1$(yaml_text "${6:-}")|" "$1"
+        -e "/^device:/,/^[^[:space:]#]/ s|^(  area:[[:space:]]*)null|\\1$(yaml_text "${6:-}")|" \
+        -e "/^engine:/,/^[^[:space:]#]/ s/^(  decoder:[[:space:]]*)fp32/\\1${7:-fp32}/" "$1"
 }
 
 # This Pi's device.id: its name (or host name) as a-z0-9 and -, and 6 hex digits of
@@ -406,11 +411,11 @@ new_device_id() {
 }
 
 # Replace the (untouched) config with the default naming voice $1 and device $2,
-# and this Pi's identity (DEVICE_ID, DEVICE_NAME, DEVICE_AREA).
+# this Pi's identity (DEVICE_ID, DEVICE_NAME, DEVICE_AREA) and its decoder (CONFIG_DECODER).
 write_default_config() {
     local tmp
     tmp="$(mktemp "$CONFIG.XXXXXX")"
-    default_config "$SRC/config.yaml" "$1" "$2" "$DEVICE_ID" "$DEVICE_NAME" "$DEVICE_AREA" >"$tmp"
+    default_config "$SRC/config.yaml" "$1" "$2" "$DEVICE_ID" "$DEVICE_NAME" "$DEVICE_AREA" "$CONFIG_DECODER" >"$tmp"
     own_config "$tmp"
     mv -f "$tmp" "$CONFIG"
 }
@@ -430,21 +435,24 @@ if [ ! -e "$CONFIG" ]; then
     DEVICE_NAME="${NAME_ARG:-$(cat /proc/sys/kernel/hostname 2>/dev/null || echo pi)}"
     DEVICE_ID="$(new_device_id "$DEVICE_NAME")"
     DEVICE_AREA="$AREA_ARG"
+    CONFIG_DECODER="$NEW_DECODER"
     write_default_config "${VOICE_ARG:-$DEFAULT_VOICE}" default
-    say "installed the default config: device.id $DEVICE_ID, name $DEVICE_NAME${DEVICE_AREA:+, area $DEVICE_AREA}"
+    say "installed the default config: device.id $DEVICE_ID, name $DEVICE_NAME${DEVICE_AREA:+, area $DEVICE_AREA}," \
+        "engine.decoder $CONFIG_DECODER"
     CONFIG_IS_DEFAULT=1
 else
     mapfile -t current < <(read_config "$CONFIG")
-    # "Untouched": the default, except perhaps for the voice, device and identity this installer set.
+    CONFIG_DECODER="${current[10]:-fp32}"  # an existing config keeps its own
+    # "Untouched": the default, except perhaps for the voice, device, identity and decoder this installer set.
     if default_config "$SRC/config.yaml" "${current[3]:-}" "${current[5]:-}" "${current[6]:-}" "${current[7]:-}" \
-        "${current[8]:-}" | cmp -s - "$CONFIG"; then
+        "${current[8]:-}" "$CONFIG_DECODER" | cmp -s - "$CONFIG"; then
         CONFIG_IS_DEFAULT=1
         say "kept $CONFIG (the default settings)"
     else
         say "kept $CONFIG (edited by you)"
         # this version's defaults, naming the voice being installed and this Pi's identity
         default_config "$SRC/config.yaml" "${VOICE_ARG:-${current[3]:-$DEFAULT_VOICE}}" "" "${current[6]:-}" \
-            "${current[7]:-}" "${current[8]:-}" >"$CONFIG.new.tmp"
+            "${current[7]:-}" "${current[8]:-}" "$NEW_DECODER" >"$CONFIG.new.tmp"
         if cmp -s "$CONFIG.new.tmp" "$CONFIG.new" 2>/dev/null; then
             rm -f "$CONFIG.new.tmp"
         else
@@ -458,7 +466,7 @@ fi
 own_config "$CONFIG"
 
 mapfile -t cfg < <(read_config "$CONFIG")
-[ ${#cfg[@]} -eq 10 ] || die "could not read $CONFIG (above); fix it and run me again"
+[ ${#cfg[@]} -eq 11 ] || die "could not read $CONFIG (above); fix it and run me again"
 MQTT_HOST="${cfg[0]}"
 MQTT_PORT="${cfg[1]}"
 TOPIC_PREFIX="${cfg[2]}"
@@ -478,6 +486,7 @@ DEVICE_ID="${cfg[6]}"
 DEVICE_NAME="${cfg[7]}"
 DEVICE_AREA="${cfg[8]}"
 MQTT_USER="${cfg[9]}"
+CONFIG_DECODER="${cfg[10]}"
 
 # --name and --area on an upgrade: the untouched config takes them, an edited one is pointed out
 if { [ -n "$NAME_ARG" ] && [ "$NAME_ARG" != "$DEVICE_NAME" ]; } ||
@@ -824,8 +833,15 @@ say "$STATE_DIR and $CACHE_DIR: owner $OWNER, mode 0700; $MODELS_DIR: the models
 # --- derived model files -------------------------------------------------------------
 # Made now, one model at a time in a child process each (a first start that made
 # them all at once would not fit a 1 GB Pi); a rerun finds them made and skips.
+# With the config's decoder: the 8-bit one made here too, not at the service's start.
 step "Models: preparing BERT and voice $VOICE (once per model file)"
-prepare=("$VENV/bin/hayakoe-pi" prepare --models "$MODELS_DIR" --cache "$CACHE_DIR" --voice "$VOICE")
+if [ "$CONFIG_DECODER" != fp32 ]; then
+    # <!-- PI-ESTIMATE --> (the time per Pi model goes into this message too)
+    say "engine.decoder $CONFIG_DECODER: the 8-bit decoder is made and checked too, the first time: preparing" \
+        "takes about 3x as long (379-430 s against 125-144 s on 2 busy x86 cores; README: On a Pi)"
+fi
+prepare=("$VENV/bin/hayakoe-pi" prepare --models "$MODELS_DIR" --cache "$CACHE_DIR" --voice "$VOICE"
+    --decoder "$CONFIG_DECODER")
 if [ "$SKIP_SYSTEM" != 1 ]; then prepare=(runuser -u "$SVC" -- "${prepare[@]}"); fi
 if ! "${prepare[@]}" 2>&1 | sed 's/^/  /'; then
     say "WARNING: preparing the models failed (above); the service will try again when it starts"

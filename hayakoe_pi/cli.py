@@ -82,7 +82,8 @@ def _prepare(args: argparse.Namespace) -> int:
         derived = CacheConfig(args.cache).models_dir if args.cache else config.cache.models_dir
     become_owner_of(derived.parent)
     prepare(models, derived, args.voice or None, report=lambda step: print(step.line(), flush=True),
-            decoder=args.decoder or config.engine.decoder)
+            decoder=args.decoder or config.engine.decoder,
+            progress=lambda stage, seconds: print(stage.line(seconds), flush=True))
     return 0
 
 

@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("run", "run the daemon: MQTT in, speech out (what the systemd service runs)")
     command("check", "check the config, the models, the broker and the sound card without starting; "
-                     "show each setting in effect and where it comes from")
+                     "show each setting in effect and where it comes from; models not prepared yet: "
+                     "which steps are done and which are left (it never prepares them)")
 
     sa = command("say", "speak text on the sound card now, without MQTT")
     sa.add_argument("--models", metavar="DIR", help="models folder (HayaKoe layout) instead of the config's")
@@ -143,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "(stop the service first; install.sh --uninstall runs it)")
 
     pr = command("prepare", "make the files derived from the models (split, optimized copies), once, "
-                            "one model at a time (install.sh runs it)")
+                            "one model at a time, each step named as it starts and ends (install.sh runs it)")
     pr.add_argument("--models", metavar="DIR", help="models folder instead of the config's (derived files in "
                                                     "~/.cache/hayakoe-pi, or as root the service's)")
     pr.add_argument("--cache", metavar="DIR", help="cache folder instead of the config's cache.dir "

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from .cli_args import config_path
-from .cli_context import become_owner_of, command_config, writable
+from .cli_context import become_owner_of, command_config
 from .config import Config
 from .diskspace import service_folders, space_of
 
@@ -14,7 +14,7 @@ from .diskspace import service_folders, space_of
 def check(args: argparse.Namespace) -> int:
     from .audio import AudioError, check_device
     from .config import check_models
-    from .models.prepare import describe_bert, describe_int8, describe_tuning, missing
+    from .models.prepare import describe_bert, describe_int8, describe_tuning, stages
     from .models.store import ModelStore
     from .mqtt import probe_broker
 
@@ -37,9 +37,13 @@ def check(args: argparse.Namespace) -> int:
         derived = config.cache.models_dir  # where the service keeps its copies
         become_owner_of(derived.parent)
         decoder = config.engine.decoder
-        if any(missing(models, derived, what, decoder) for what in ("bert", name)) and not writable(derived):
+        plan = [stage for what in ("bert", name) for stage in stages(models, derived, what, decoder)]
+        if not all(stage.done for stage in plan):  # never prepared here: the service may be at it
             report(True, "models", f"{models}, voice {name}: not prepared yet in {derived}; the service "
-                                   "prepares it when it starts (or: hayakoe-pi prepare, as the service's user)")
+                                   "prepares it when it starts, each step in its journal (or: hayakoe-pi "
+                                   "prepare, as the service's user)")
+            for stage in plan:
+                report(True, "prepare", f"{'done' if stage.done else 'to do'}: {stage.name()}")
         else:
             store = ModelStore(models, derived_dir=derived, decoder=decoder)
             voice = store.voice(name)

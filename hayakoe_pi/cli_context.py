@@ -70,10 +70,3 @@ def engine(args: argparse.Namespace, config: Config, models: str | Path, voice: 
     become_owner_of(derived.parent)
     store = ModelStore(models, derived_dir=derived, decoder=config.engine.decoder)
     return Engine(models, voice=voice, speaker=speaker, store=store)
-
-
-def writable(folder: Path) -> bool:
-    """Whether this user may make files in `folder` (or in the folder it would be made in)."""
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return os.access(folder, os.W_OK | os.X_OK)

@@ -34,6 +34,7 @@ from .config import Config
 from .diskspace import DiskWatch, service_folders
 from .engine import TextError
 from .models.store import ModelStore
+from .progress import announce
 from .mqtt import BrokerLink
 from .mqtt_api import PayloadError, SayRequest, event, parse_say
 from .receipts import Receipts
@@ -57,7 +58,7 @@ class Daemon:
         self.config = config
         models_dir = Path(config.models.dir).expanduser()
         self.store = store or ModelStore(models_dir, derived_dir=config.cache.models_dir,
-                                         decoder=config.engine.decoder)
+                                         decoder=config.engine.decoder, progress=announce)
         voice_cfg, state = config.voice, Path(config.state.file)
         config_mtime = config_changed_at(config_file)
         selection = SavedSelection(state, config.audio.volume, voice_cfg.name, voice_cfg.style, config_mtime)

@@ -284,6 +284,7 @@ def test_check_reports_broker_and_audio(tmp_path):
     sink = AlsaSink(tmp_path)
     try:
         good = write_config(tmp_path / "good.yaml", broker.port, "chk", tmp_path)
+        assert run_cli("prepare", "--config", str(good)).returncode == 0  # check itself never prepares
         r = run_cli("check", "--config", str(good), home=sink.home)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "ok   mqtt" in r.stdout and "ok   audio" in r.stdout and "ok   models" in r.stdout

@@ -178,6 +178,7 @@ def test_install_lays_everything_out(installed):
     settings = yaml.safe_load(config.read_text())
     assert settings["voice"]["name"] == "tiny-voice"  # the untouched default took --voice
     assert settings["device"] == {"id": device_id("kitchen-pi"), "name": "Kitchen Pi", "area": "台所"}
+    assert settings["engine"]["decoder"] == "fp32"  # not on a Pi (uname -m: x86_64 here)
     assert not (root / "etc/hayakoe-pi/config.yaml.new").exists()
 
     models = root / "var/lib/hayakoe-pi/models"
@@ -251,8 +252,11 @@ def test_rerun_is_idempotent_and_keeps_user_edits(installed, one_voice_models):
     models = root / "var/lib/hayakoe-pi/models"
     before = config.read_bytes()
 
-    p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--no-start")
+    # on a Pi too, the config there is kept as it is: engine.decoder fp32
+    p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--no-start",
+                    env={"HAYAKOE_MACHINE": "aarch64"})
     assert config.read_bytes() == before and not new.exists()
+    assert "kept" in p.stdout and "(the default settings)" in p.stdout
     assert "bert_q8.onnx: complete" in p.stdout and "copied" not in p.stdout
 
     # The user edits the config: a re-run keeps it and puts the new default beside it.
@@ -278,6 +282,28 @@ def test_rerun_is_idempotent_and_keeps_user_edits(installed, one_voice_models):
     assert "set voice.name: tiny-voice-nodur" in p.stderr
     for rel in voice_files("tiny-voice-nodur", durations=False):
         assert filecmp.cmp(models / rel, FIXTURE_MODELS / rel, shallow=False), rel
+
+
+def test_a_new_config_on_a_pi_takes_the_8_bit_decoder_and_prepares_it(tmp_path):
+    """uname -m aarch64 (HAYAKOE_MACHINE): a new config has engine.decoder auto, and the install
+    prepares the 8-bit decoder too; a rerun finds the config untouched and keeps auto."""
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/machine-id").write_text(MACHINE_ID + "\n")
+    pi = {"HAYAKOE_MACHINE": "aarch64"}
+    p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--no-start", env=pi)
+    config = root / "etc/hayakoe-pi/config.yaml"
+    assert yaml.safe_load(config.read_text())["engine"]["decoder"] == "auto"
+    default = (REPO / "config.yaml").read_text()
+    assert config.read_text().count("\n") == default.count("\n")  # the template's comments and all
+    assert "engine.decoder auto" in p.stdout
+    assert "preparing voice tiny-voice 3/3: 8-bit decoder: quantize, gate, timings" in p.stdout
+    assert re.search(r"voice tiny-voice: prepared in .*; decoder (int8|FP32 kept)", p.stdout), p.stdout
+    p = run_install(root, "--models-from", str(FIXTURE_MODELS), "--voice", "tiny-voice", "--no-start",
+                    "--name", "Pi 2", env=pi)
+    assert "(the default settings)" in p.stdout and "set device.name: Pi 2" in p.stdout
+    assert yaml.safe_load(config.read_text())["engine"]["decoder"] == "auto"
+    assert not re.search(r"preparing .* \d/\d: ", p.stdout) and "voice tiny-voice: up to date" in p.stdout
 
 
 def venv_version(root: Path, package: str) -> str | None:

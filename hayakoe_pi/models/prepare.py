@@ -18,7 +18,9 @@ finished files, memory-mapped.
 
 (make.py); for an 8-bit decoder `--voice NAME --keep-weights`, then
 `python -m hayakoe_pi.calibrate`, then `make --int8 NAME`. A new CPU or ONNX
-Runtime makes new optimized copies and timings (cpu.cpu_key).
+Runtime makes new optimized copies and timings (cpu.cpu_key). Each child is a `Stage`,
+told to `progress` when it starts and ends (the daemon's journal), and listed done or
+not by `stages` (`hayakoe-pi check`).
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ from .errors import ModelError
 from .folders import read_stamp
 from .sessions import optimized_path
 from .split import SplitModel, cached_split
-from .quantize import describe_int8, read_int8
+from .quantize import LATENTS_NAME, describe_int8, read_int8
 from .tune import describe_tuning, read_tuning
 from .voices import SPEAKERS_DIR, installed_voices
+from .weights import has_weights
 from .whole import prepared_whole
 
 MAKE = "hayakoe_pi.models.make"
@@ -64,6 +67,44 @@ class Step:
         if self.int8:
             details.append(f"decoder {describe_int8(self.int8)}")
         return "; ".join(details)
+
+
+@dataclass
+class Stage:
+    """One child process of a model's preparation."""
+    what: str  # "bert" or a voice name
+    number: int  # 1-based, of `count` for this model
+    count: int
+    task: str  # what the child makes
+    done: bool = False
+
+    def name(self) -> str:
+        model = "BERT" if self.what == "bert" else f"voice {self.what}"
+        return f"{model} {self.number}/{self.count}: {self.task}"
+
+    def line(self, seconds: float | None = None) -> str:
+        """What `progress` says at the stage's start (None), then at its end."""
+        return f"preparing {self.name()}" if seconds is None else f"prepared {self.name()} in {seconds:.1f} s"
+
+
+VOICE_TASKS = ("split, decoder forms, timings",
+               "latents of 12 sentences for the 8-bit decoder",
+               "8-bit decoder: quantize, gate, timings")
+
+
+def stages(models_dir: str | Path, derived: str | Path, what: str, decoder: str = "fp32") -> list[Stage]:
+    """The children `what` is prepared in, in order, each done or not (cheap, as `missing`)."""
+    models_dir, derived = Path(models_dir).expanduser(), Path(derived)
+    if what == "bert":
+        return [Stage(what, 1, 1, "graph, optimized copy", not _fp32_missing(models_dir, derived, what))]
+    if decoder == "fp32":
+        return [Stage(what, 1, 1, VOICE_TASKS[0], not _fp32_missing(models_dir, derived, what))]
+    fp32_done = not _fp32_missing(models_dir, derived, what)
+    int8_done = fp32_done and not _int8_missing(models_dir, derived, what)
+    latents = int8_done or fp32_done and _latents_made(models_dir, derived, what)  # gone once used
+    # prepared for FP32 alone, its weights are gone: the 8-bit decoder needs the voice made again
+    done = [int8_done or latents or fp32_done and _weights_kept(models_dir, derived, what), latents, int8_done]
+    return [Stage(what, i + 1, len(VOICE_TASKS), task, made) for i, (task, made) in enumerate(zip(VOICE_TASKS, done))]
 
 
 def describe_bert(unsigned_int8: bool) -> str:
@@ -94,6 +135,18 @@ def _int8_missing(models_dir: Path, derived: Path, voice: str) -> bool:
     return parts is not None and read_int8(parts.folder) is None  # a voice kept whole has none
 
 
+def _latents_made(models_dir: Path, derived: Path, voice: str) -> bool:
+    """calibrate.py's latents, saved durably: a start killed after them does not make them again."""
+    parts = cached_split(synthesizer_path(models_dir, voice), derived)
+    return parts is not None and (parts.folder / LATENTS_NAME).is_file()
+
+
+def _weights_kept(models_dir: Path, derived: Path, voice: str) -> bool:
+    """The split's weights kept for the 8-bit decoder to be made from (make.py --keep-weights)."""
+    parts = cached_split(synthesizer_path(models_dir, voice), derived)
+    return parts is not None and has_weights(parts.folder)
+
+
 def _fp32_missing(models_dir: Path, derived: Path, what: str) -> bool:
     source = models_dir / BERT_PATH if what == "bert" else synthesizer_path(models_dir, what)
     if not source.is_file():
@@ -118,34 +171,51 @@ def _child(what: str, module: str, *args: str) -> dict:
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
-def _make(models_dir: Path, derived: Path, what: str, decoder: str) -> Step:
+Progress = Callable[[Stage, "float | None"], None]  # at a stage's start (None), then its end (seconds)
+
+
+def _make(models_dir: Path, derived: Path, what: str, decoder: str, progress: Progress) -> Step:
     began = time.monotonic()
     where = ["--models", str(models_dir), "--derived", str(derived)]
+    plan = stages(models_dir, derived, what, decoder)
+
+    def run(stage: Stage, module: str, *args: str) -> dict:
+        progress(stage, None)
+        started = time.monotonic()
+        made = _child(what, module, *where, *args)
+        progress(stage, time.monotonic() - started)
+        return made
+
     if what == "bert":
-        made = _child(what, MAKE, *where, "--bert")
+        made = run(plan[0], MAKE, "--bert")
         return Step(what, False, time.monotonic() - began, made["peak_mb"], made.get("tuning"))
     int8 = decoder != "fp32"
-    made = _child(what, MAKE, *where, "--voice", what, *(["--keep-weights"] if int8 else []))
+    # a start stopped after the voice's step (or the latents) goes on from there
+    made = ({"peak_mb": 0.0} if plan[0].done
+            else run(plan[0], MAKE, "--voice", what, *(["--keep-weights"] if int8 else [])))
     peaks, record = [made["peak_mb"]], None
     if int8 and _int8_missing(models_dir, derived, what):
-        peaks.append(_child(what, "hayakoe_pi.calibrate", *where, "--voice", what)["peak_mb"])
-        made_int8 = _child(what, MAKE, *where, "--int8", what)
+        if not _latents_made(models_dir, derived, what):
+            peaks.append(run(plan[1], "hayakoe_pi.calibrate", "--voice", what)["peak_mb"])
+        made_int8 = run(plan[2], MAKE, "--int8", what)
         peaks.append(made_int8["peak_mb"])
         record = made_int8["tuning"]
     return Step(what, False, time.monotonic() - began, max(peaks), made.get("tuning"), record)
 
 
 def prepare(models_dir: str | Path, derived: str | Path, voices: list[str] | None = None,
-            report: Callable[[Step], None] | None = None, decoder: str = "fp32") -> list[Step]:
+            report: Callable[[Step], None] | None = None, decoder: str = "fp32",
+            progress: Progress | None = None) -> list[Step]:
     """Make what is missing for BERT and `voices` (default: every installed voice), and
-    where `decoder` is int8 or auto, each voice's 8-bit decoder."""
+    where `decoder` is int8 or auto, each voice's 8-bit decoder; `progress` is told of
+    each child's start and end."""
     models_dir, derived = Path(models_dir).expanduser(), Path(derived)
     if not models_dir.is_dir():
         raise ModelError(f"models directory not found: {models_dir}")
     steps = []
     for what in ["bert", *(installed_voices(models_dir) if voices is None else voices)]:
         step = (Step(what, done=True) if not missing(models_dir, derived, what, decoder)
-                else _make(models_dir, derived, what, decoder))
+                else _make(models_dir, derived, what, decoder, progress or (lambda stage, seconds: None)))
         steps.append(step)
         if report:
             report(step)

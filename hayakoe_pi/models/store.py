@@ -11,7 +11,7 @@ from .. import layout
 from ..text import FrontEnd, VocabError
 from .bert import Bert
 from .errors import ModelError
-from .prepare import prepare
+from .prepare import Progress, prepare
 from .quantize import DECODER_CHOICES
 from .voices import Voice, installed_voices, load_voice
 
@@ -28,14 +28,17 @@ class ModelStore:
     (default ~/.cache/hayakoe-pi/models), by prepare.py in child processes;
     prepared=False loads the files as they are (whole, optimized at each load).
     `decoder` (engine.decoder): fp32, or int8/auto for each voice's 8-bit decoder where
-    prepare's gate found it keeps the voice and is faster on this CPU.
+    prepare's gate found it keeps the voice and is faster on this CPU. `progress` is told
+    of each child's start and end (the daemon logs them).
     """
 
     def __init__(self, models_dir: str | Path, max_voices: int = 2, prepared: bool = True,
-                 derived_dir: str | Path | None = None, decoder: str | None = "fp32"):
+                 derived_dir: str | Path | None = None, decoder: str | None = "fp32",
+                 progress: Progress | None = None):
         if decoder is not None and decoder not in DECODER_CHOICES:
             raise ModelError(f"decoder must be one of {', '.join(DECODER_CHOICES)}, got {decoder!r}")
         self.decoder = decoder
+        self.progress = progress
         self.dir = Path(models_dir).expanduser()
         if not self.dir.is_dir():
             raise ModelError(f"models directory not found: {self.dir}")
@@ -70,7 +73,7 @@ class ModelStore:
     def _prepare(self, voices: list[str]) -> None:
         """Make what is missing, each model in a child process (memory: see prepare.py)."""
         if self.derived is not None and (not voices or voices[0] in installed_voices(self.dir)):
-            prepare(self.dir, self.derived, voices, decoder=self.decoder or "fp32")
+            prepare(self.dir, self.derived, voices, decoder=self.decoder or "fp32", progress=self.progress)
 
 
 def default_derived_dir() -> Path:
