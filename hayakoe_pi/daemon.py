@@ -34,7 +34,7 @@ from .config import Config
 from .diskspace import DiskWatch, service_folders
 from .engine import TextError
 from .models.store import ModelStore
-from .progress import announce
+from .progress import PrepareSteps
 from .mqtt import BrokerLink
 from .mqtt_api import PayloadError, SayRequest, event, parse_say
 from .receipts import Receipts
@@ -57,8 +57,9 @@ class Daemon:
     def __init__(self, config: Config, store: ModelStore | None = None, config_file: str | Path | None = None):
         self.config = config
         models_dir = Path(config.models.dir).expanduser()
+        self.preparing = PrepareSteps()
         self.store = store or ModelStore(models_dir, derived_dir=config.cache.models_dir,
-                                         decoder=config.engine.decoder, progress=announce)
+                                         decoder=config.engine.decoder, progress=self.preparing)
         voice_cfg, state = config.voice, Path(config.state.file)
         config_mtime = config_changed_at(config_file)
         selection = SavedSelection(state, config.audio.volume, voice_cfg.name, voice_cfg.style, config_mtime)
@@ -149,8 +150,8 @@ class Daemon:
         """The worker is alive and, if busy, has made progress recently."""
         if not self.worker.is_alive() or (self.wyoming is not None and not self.wyoming.alive()):
             return False
-        stuck_after = self.config.watchdog.stuck_seconds
-        return not self.busy or time.monotonic() - self.progress < stuck_after
+        stuck_after = self.config.watchdog.stuck_seconds  # a voice prepared on first use is not stuck
+        return not self.busy or self.preparing.running() or time.monotonic() - self.progress < stuck_after
 
     def _note_progress(self) -> None:
         self.progress = time.monotonic()

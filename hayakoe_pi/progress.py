@@ -8,6 +8,7 @@ systemd for more time (EXTEND_TIMEOUT_USEC), so a start is stopped only by a ste
 from __future__ import annotations
 
 import logging
+import time
 
 from . import sdnotify
 from .models.prepare import Stage
@@ -22,3 +23,18 @@ def announce(stage: Stage, seconds: float | None) -> None:
     log.info("%s", stage.line(seconds))
     more_time = [f"EXTEND_TIMEOUT_USEC={STEP_LIMIT_S * 1_000_000}"] if seconds is None else []
     sdnotify.notify(f"STATUS={stage.line(seconds)}", *more_time)
+
+
+class PrepareSteps:
+    """The daemon's `progress`: each step announced, and whether one runs now: a voice
+    prepared on first use keeps the worker for minutes on a Pi, and that is not stuck."""
+
+    def __init__(self) -> None:
+        self._since: float | None = None
+
+    def __call__(self, stage: Stage, seconds: float | None) -> None:
+        announce(stage, seconds)
+        self._since = time.monotonic() if seconds is None else None
+
+    def running(self) -> bool:
+        return self._since is not None and time.monotonic() - self._since < STEP_LIMIT_S

@@ -242,3 +242,25 @@ def test_a_wedged_worker_stops_the_watchdog_pings(tmp_path):
     finally:
         notify.close()
     assert any(f == "STOPPING=1" for _, f in notify.received)
+
+
+def test_a_voice_prepared_on_first_use_keeps_the_watchdog_fed(tmp_path):
+    """A say in a voice not prepared yet keeps the worker in prepare's child for minutes on a
+    Pi (the 8-bit decoder longer): that is work, not a wedge; systemd must not restart it."""
+    notify = NotifySocket(tmp_path / "notify.sock")
+    env = {"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "1000000"}  # ping every 0.5 s
+    try:
+        with appliance(tmp_path, env=env, watchdog={"stuck_seconds": 1}) as app:
+            wait_for(lambda: notify.since(0, "READY=1"), 10, what="READY=1")
+            t = time.monotonic()
+            app.probe.publish("say", {"text": "はじめての声です。", "voice": "tiny-voice-nodur", "id": "v"})
+            app.probe.next_event(event="finished", id="v", timeout=120)
+            pings = [when for when, f in notify.received if f == "WATCHDOG=1" and when >= t]
+            log = app.daemon.output()
+    finally:
+        notify.close()
+    took = [float(line.rsplit(" in ", 1)[1].removesuffix(" s")) for line in log.splitlines()
+            if "prepared voice tiny-voice-nodur" in line]
+    assert took and took[0] > 2.0, log  # longer than stuck_seconds: a silent watchdog would show
+    gaps = [b - a for a, b in zip([t, *pings], pings)]
+    assert max(gaps) < 1.5, gaps  # a ping every 0.5 s throughout
