@@ -94,6 +94,7 @@ def test_dict_as_root_through_a_dictionary_file_that_is_a_link(service_tree):
     assert untouched(secret)
 
 
+@pytest.mark.prepares_models
 def test_prepare_as_root_makes_the_services_files_and_follows_no_planted_folder(service_tree):
     top, _, cache, secret, config, nobody = service_tree
     r = cli("prepare", "--config", str(config), "--voice", "tiny-voice")
