@@ -6,7 +6,7 @@ import tempfile
 
 import pytest
 
-from slow_kinds import KINDS, Finder
+from slow_kinds import KINDS, PREPARES_MODELS, Finder, slow
 
 # Split and optimized model copies go to a scratch cache, not the user's ~/.cache,
 # removed when the run ends.
@@ -69,6 +69,7 @@ def store():
 
 
 @pytest.fixture
+@slow(PREPARES_MODELS)  # derived files are kept by the model's path: a copy is prepared anew
 def models_copy(tmp_path):
     """A private copy of the fixture models that a test may damage."""
     dst = tmp_path / "models"

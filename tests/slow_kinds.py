@@ -5,9 +5,8 @@ of that kind when it reaches a tagged one: through its fixtures, or calling it, 
 or from a function or class of the tests it calls (read from their source, as test_imports
 reads imports). So a new test that plays into the real-time card is marked without anyone
 remembering. A test that does the slow thing another way carries the marker itself
-(`@pytest.mark.broker_restart`). The markers are registered, with what each means, in
-pyproject.toml.
-"""
+(`@pytest.mark.broker_restart`), as do the soak tests. The markers are registered, with what
+each means, in pyproject.toml."""
 
 from __future__ import annotations
 
@@ -20,7 +19,8 @@ from pathlib import Path
 REALTIME_CARD = "realtime_card"
 BROKER_RESTART = "broker_restart"
 PREPARES_MODELS = "prepares_models"
-KINDS = (REALTIME_CARD, BROKER_RESTART, PREPARES_MODELS)
+SOAK = "soak"  # marked by hand only
+KINDS = (REALTIME_CARD, BROKER_RESTART, PREPARES_MODELS, SOAK)
 
 TESTS = Path(__file__).resolve().parent
 
