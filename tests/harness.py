@@ -30,6 +30,7 @@ import yaml
 from paho.mqtt.enums import CallbackAPIVersion
 
 from conftest import FIXTURE_MODELS, REPO
+from slow_kinds import PREPARES_MODELS, REALTIME_CARD, slow
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 
@@ -133,6 +134,7 @@ class SinkOpen:
 F_SETPIPE_SZ = 1031
 
 
+@slow(REALTIME_CARD)
 class AlsaSink:
     """ALSA's default device written to a FIFO, drained like a sound card.
 
@@ -749,6 +751,7 @@ class Probe:
         self.client.disconnect()
 
 
+@slow(PREPARES_MODELS)
 def prepare_with_two_lanes(derived: Path, voice: str = "tiny-voice") -> None:
     """Prepare `voice` of the fixture models into `derived` with two decoder lanes,
     whatever the tuner chose on this CPU (on one core it never would)."""
@@ -817,6 +820,7 @@ class DaemonProcess:
         return self.proc.returncode
 
 
+@slow(REALTIME_CARD)
 @contextmanager
 def running_daemon(work: Path, port: int, prefix: str, probe, sink_kwargs: dict | None = None,
                    env: dict | None = None, cores: set[int] | None = None, **config_sections):
@@ -838,6 +842,7 @@ def running_daemon(work: Path, port: int, prefix: str, probe, sink_kwargs: dict 
         sink.stop()
 
 
+@slow(REALTIME_CARD)
 @contextmanager
 def appliance(work: Path, make_probe=None, sink_kwargs: dict | None = None, env: dict | None = None,
               cores: set[int] | None = None, **config_sections):
@@ -854,6 +859,7 @@ def appliance(work: Path, make_probe=None, sink_kwargs: dict | None = None, env:
         broker.stop()
 
 
+@slow(REALTIME_CARD)
 @contextmanager
 def rooms(work: Path, cards: dict[str, tuple[dict, dict]], repo: Path = REPO):
     """A broker and a daemon a room, each on its own real-time test card: `cards` is

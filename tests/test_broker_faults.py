@@ -24,6 +24,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from harness import Probe, SessionProbe, appliance, settle, wait_for
 
+pytestmark = pytest.mark.broker_restart
+
 LONG_TEXT = "冷蔵庫のドアが開いています。閉めてください。" * 2  # about 9 s with the tiny voice
 BYTES_PER_SECOND = 44100 * 4
 

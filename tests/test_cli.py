@@ -116,6 +116,7 @@ def test_say_to_a_missing_sound_card_says_what_exists(tmp_path):
     assert "Traceback" not in r.stderr and "terminate called" not in r.stderr
 
 
+@pytest.mark.prepares_models
 def test_first_synth_prints_nothing_but_its_result(tmp_path):
     """Preparing and loading the models, on a fresh cache, says nothing on stderr (the
     journal): no onnxruntime warning, no progress noise; only what was written."""

@@ -240,6 +240,7 @@ def test_after_words_come_and_go_the_front_end_is_hayakoes(use_words):
 
 # --- in the speech service -----------------------------------------------------------------
 
+@pytest.mark.prepares_models  # its own derived folder
 def test_a_new_word_is_not_served_the_old_cached_audio(tmp_path, use_words):
     store = ModelStore(FIXTURE_MODELS, derived_dir=tmp_path / "derived")
     speech = SpeechService(store, PhraseCache(tmp_path / "cache", 10),
@@ -312,6 +313,7 @@ def test_a_corrupt_dictionary_at_start_is_logged_and_speech_goes_on(tmp_path):
         wait_for(lambda: "cannot be read" in app.daemon.output(), 5, what="the problem logged")
 
 
+@pytest.mark.prepares_models  # its own derived folder
 def test_the_next_utterance_has_the_new_reading_and_the_one_in_progress_keeps_the_old(use_words, tmp_path):
     """The word is in the utterance's last sentence, which is synthesized after the swap: it is
     still read as it was when the utterance began (never half of each); the next one reads the new way."""

@@ -7,6 +7,8 @@ whatever was queued or being spoken when the daemon died comes again.
 import json
 from collections import Counter
 
+import pytest
+
 from hayakoe_pi.models.cpu import cpu_key
 
 from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, appliance, running_daemon, wait_for, write_config
@@ -79,6 +81,7 @@ def test_kill_9_of_the_daemon_mid_queue_loses_nothing(tmp_path):
     assert [(e["id"], e["text"]) for e in events if e["event"] == "interrupted"] == [("m0", "0番目のお知らせです。")]
 
 
+@pytest.mark.broker_restart
 def test_kill_9_of_the_broker_as_installed_loses_no_waiting_message(tmp_path):
     broker = Mosquitto(tmp_path / "broker", as_installed=True).start()
     prefix = f"hk{broker.port}"

@@ -25,6 +25,7 @@ def engine():
     return Engine(FIXTURE_MODELS, voice=VOICE)
 
 
+@pytest.mark.prepares_models  # the reference models, prepared for it alone
 @needs_shared
 def test_single_sentence_equals_hayakoe_raw_output():
     eng = Engine(REF_MODELS, voice="ref-voice")

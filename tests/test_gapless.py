@@ -132,6 +132,7 @@ def test_at_full_speed_nothing_is_ever_late(app):
     assert run["first_sound"] < 1.0, run
 
 
+@pytest.mark.realtime_card  # its card comes by request.getfixturevalue, unseen by tests/slow_kinds.py
 @pytest.mark.parametrize("slow,text", [("slow_app", TEXT), ("slow_lanes_app", LANES_TEXT)])
 def test_on_a_slow_cpu_sentences_wait_and_none_has_a_hole(slow, text, request):
     slow_app = request.getfixturevalue(slow)

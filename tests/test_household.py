@@ -201,6 +201,7 @@ def test_no_reconnect_storm(house):
         counts
 
 
+@pytest.mark.soak  # watches the twins for 25 s
 def test_two_pis_with_one_device_id_say_so_and_do_not_hammer_the_broker(tmp_path):
     broker = Mosquitto(tmp_path / "broker").start()
     twins = []

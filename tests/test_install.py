@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from conftest import FIXTURE_MODELS, REPO
+from slow_kinds import PREPARES_MODELS, slow
 
 INSTALL = REPO / "install.sh"
 UNIT = REPO / "systemd" / "hayakoe-pi.service"
@@ -156,6 +157,7 @@ def device_id(name_slug: str, machine_id: str = MACHINE_ID) -> str:
 
 
 @pytest.fixture(scope="module")
+@slow(PREPARES_MODELS)  # install.sh prepares the voice
 def installed(tmp_path_factory):
     root = tmp_path_factory.mktemp("root")
     (root / "etc").mkdir()
@@ -623,6 +625,7 @@ def hub():
 
 
 @pytest.fixture(scope="module")
+@slow(PREPARES_MODELS)
 def downloaded(tmp_path_factory, hub):
     root = tmp_path_factory.mktemp("dlroot")
     FakeHub.requests.clear()

@@ -110,6 +110,7 @@ def test_noise_far_under_the_speech_in_its_pauses_and_valleys_passes_a_hiss_hear
     assert not use and "log-mel" in why
 
 
+@pytest.mark.prepares_models
 def test_a_close_8_bit_decoder_passes_and_is_used_the_cache_key_and_check_say_so(tmp_path, any_speedup):
     derived = tmp_path / "cache" / "models"  # where check looks, given cache.dir
     steps = prep.prepare(FIXTURE_MODELS, derived, [VOICE], decoder="int8")
@@ -170,6 +171,7 @@ def _outlier_voice(models: Path) -> None:
     onnx.save(model, str(path))
 
 
+@pytest.mark.prepares_models
 def test_a_decoder_made_far_on_purpose_is_refused_and_fp32_kept_with_a_warning(models_copy, tmp_path, any_speedup,
                                                                               caplog):
     _outlier_voice(models_copy)
@@ -188,6 +190,7 @@ def test_a_decoder_made_far_on_purpose_is_refused_and_fp32_kept_with_a_warning(m
     assert not [r for r in caplog.records if "FP32" in r.getMessage()]
 
 
+@pytest.mark.prepares_models
 def test_a_killed_8_bit_preparation_leaves_nothing_a_later_start_trusts(tmp_path, any_speedup):
     models, derived = FIXTURE_MODELS, tmp_path
     prep.prepare(models, derived, [VOICE])  # FP32 prepared first, as on an install from before

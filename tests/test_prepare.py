@@ -28,6 +28,7 @@ from hayakoe_pi.models.unsigned import signed_int8_products_exact
 VOICE = "tiny-voice"
 TEXT = "おはようございます。今日は晴れです。"
 QUIET = dict(noise=0.0, noise_w=0.0)
+pytestmark = pytest.mark.prepares_models
 
 
 def _files(folder: Path) -> dict[str, int]:

@@ -77,6 +77,7 @@ BAD_PAYLOADS = st.one_of(
 )
 
 
+@pytest.mark.soak
 @settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck),
           database=None, derandomize=True)
 @given(payload=BAD_PAYLOADS)
@@ -98,6 +99,7 @@ def test_after_the_fuzz_a_valid_message_is_spoken(fuzz_app):
 
 # --- 4. load ------------------------------------------------------------------------------
 
+@pytest.mark.soak
 def test_a_burst_of_500_is_queued_or_refused_never_dropped(tmp_path):
     with appliance(tmp_path, sink_kwargs={"paced": False}, queue={"max_length": 20}, cache={"max_mb": 0}) as app:
         ids = [f"burst-{i}" for i in range(500)]
@@ -116,6 +118,7 @@ def test_a_burst_of_500_is_queued_or_refused_never_dropped(tmp_path):
         assert len(finished) >= 21  # at least the queue's worth plus the one being spoken
 
 
+@pytest.mark.soak
 def test_memory_stays_flat_over_1000_utterances(tmp_path):
     with appliance(tmp_path, sink_kwargs={"paced": False}, queue={"max_length": 2000}, cache={"max_mb": 0},
                    log={"level": "WARNING"}) as app:
@@ -189,6 +192,7 @@ def damaged_models(tmp_path):
     return models
 
 
+@pytest.mark.prepares_models  # a damaged copy of the models, prepared as the daemon starts
 def test_broken_voice_at_start_names_the_file(tmp_path, damaged_models):
     from harness import REPO
     import os

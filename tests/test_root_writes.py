@@ -94,6 +94,7 @@ def test_dict_as_root_through_a_dictionary_file_that_is_a_link(service_tree):
     assert untouched(secret)
 
 
+@pytest.mark.prepares_models
 def test_prepare_as_root_makes_the_services_files_and_follows_no_planted_folder(service_tree):
     top, _, cache, secret, config, nobody = service_tree
     r = cli("prepare", "--config", str(config), "--voice", "tiny-voice")
@@ -110,6 +111,7 @@ def test_prepare_as_root_makes_the_services_files_and_follows_no_planted_folder(
     assert list(rootdir.iterdir()) == []
 
 
+@pytest.mark.prepares_models  # in the service's cache
 def test_synth_as_root_makes_the_services_cache_files_and_writes_the_wav_where_asked(service_tree):
     """`sudo hayakoe-pi synth --config ...` works on the service's cache (not /root/.cache) as the
     service user, and the WAV still lands where root asked for it."""

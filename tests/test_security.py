@@ -123,6 +123,7 @@ def test_the_broker_really_wants_tls_and_a_password(secure):
                      password="nope", ca_file=secure.pki.ca).close()
 
 
+@pytest.mark.soak  # watches the backoff for 12 s
 def test_wrong_password_logs_clearly_and_backs_off(secure):
     work = secure.work / "wrong"
     work.mkdir()

@@ -182,6 +182,7 @@ def test_graphs_it_cannot_rewrite_are_left_alone():
     assert decoder_as_2d(per_channel) is None
 
 
+@pytest.mark.prepares_models
 def test_fixture_decoder_is_cut_in_both_forms(tmp_path):
     if not forms.blocked_conv_kernels():
         pytest.skip("no 2-D form where ONNX Runtime has no blocked kernels (the next test)")
@@ -196,6 +197,7 @@ def test_fixture_decoder_is_cut_in_both_forms(tmp_path):
     assert len(decoder.graph.input[0].type.tensor_type.shape.dim) == 3
 
 
+@pytest.mark.prepares_models
 def test_fixture_decoder_has_a_wide_2d_form_where_it_has_wide_convolutions(tmp_path, monkeypatch):
     # the fixture's decoder is narrow (at most 32 channels): with a lower bar it has a wide part
     monkeypatch.setitem(forms.TWO_D_FROM, "2d-wide", 32)
@@ -208,6 +210,7 @@ def test_fixture_decoder_has_a_wide_2d_form_where_it_has_wide_convolutions(tmp_p
     assert 3 in ranks and 4 in ranks  # and it gave the same samples, or the split would not keep it
 
 
+@pytest.mark.prepares_models
 def test_fixture_decoder_runs_its_narrow_stages_in_rows(tmp_path, monkeypatch):
     # the fixture's stages have 32, 16, 8, 4 and 2 channels: rows from the 4-channel one,
     # where the reach left is under a latent frame (as from 64 channels in a full-size voice)
@@ -221,6 +224,7 @@ def test_fixture_decoder_runs_its_narrow_stages_in_rows(tmp_path, monkeypatch):
     assert [n for n in decoder.graph.node if n.op_type == "Concat" and len(n.input) == forms.ROWS]
 
 
+@pytest.mark.prepares_models
 def test_without_blocked_kernels_only_the_1d_form_is_made(tmp_path, monkeypatch):
     # ARM (a Pi): ONNX Runtime runs a 2-D convolution as the 1-D one; nothing to make or time
     monkeypatch.setattr(forms, "blocked_conv_kernels", lambda: False)

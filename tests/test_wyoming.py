@@ -291,6 +291,7 @@ def test_idle_clients_are_dropped_and_too_many_refused(monkeypatch):
     assert waited < 3
 
 
+@pytest.mark.prepares_models  # its own derived folder
 def test_the_server_in_process_answers_with_the_speech_services_audio(tmp_path):
     """No daemon: the server needs only a speech service."""
     from hayakoe_pi.cache import PhraseCache
