@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from conftest import FIXTURE_MODELS, REPO
 from harness import AlsaSink, DaemonProcess, Mosquitto, NotifySocket, wait_for, write_config
 from hayakoe_pi.models import prepare as prep
@@ -58,6 +60,7 @@ def _child(module: str, *args: str, derived) -> None:
                    check=True, capture_output=True, cwd=REPO)
 
 
+@pytest.mark.prepares_models  # the 8-bit decoder made here
 def test_check_lists_the_steps_done_and_to_do_and_a_start_goes_on_from_there(tmp_path):
     derived = tmp_path / "cache" / "models"
     # a start stopped after the latents, as TimeoutStartSec or a power cut would stop it
