@@ -46,6 +46,7 @@ VARIANTS = {"upsamplers FP32": False, "upsamplers 8-bit": True}
 def _session(path: Path, profile: bool = False) -> ort.InferenceSession:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.log_severity_level, opts.enable_profiling = 1, 3, profile
+    opts.profile_file_prefix = str(path.parent / "profile")  # beside the graph, not in the checkout
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # optimized already
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
