@@ -3,7 +3,7 @@ decoder: ONNX Runtime has 8-bit convolutions on the CPU but no 8-bit transposed
 convolution (a quantized ConvTranspose runs in FP32 between a DequantizeLinear and a
 QuantizeLinear), and the five upsamplers take a sixth of the 8-bit decoder's time.
 quantize_decoder(upsamplers=True) uses it; prepare does not: 2 % fewer instructions for
-10-11 dB less SNR (bench/README.md).
+10-12 dB less SNR (bench/README.md).
 
 A transposed convolution of stride s and kernel k (a multiple of s) is s convolutions of
 kernel k/s, one a phase of the output, interleaved. Here they are one convolution with s

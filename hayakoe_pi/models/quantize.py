@@ -7,7 +7,7 @@ channel, their inputs 8-bit unsigned with ranges measured on the voice's own
 latents (calibrate.py); the transposed convolutions (ONNX Runtime has no 8-bit one on
 the CPU) and the decoder's two ends stay FP32 (`kept_in_fp32`), and so do the
 element-wise ops between (leaky ReLU, the residual sums): in 8 bits each of these rounds
-the residual stream itself, and took 8-15 dB of SNR (bench/README.md, issue 49). The
+the residual stream itself, and took 10-15 dB of SNR (bench/README.md, issue 49). The
 1-D form is the one a Pi runs (no blocked kernels on ARM: forms.py).
 """
 
@@ -71,7 +71,7 @@ def quantize_decoder(source: Path, target: Path, calibration: list[dict[str, np.
                      upsamplers: bool = False) -> None:
     """The 1-D decoder at `source` in 8 bits at `target`; with `upsamplers`, its transposed
     convolutions too (as convolutions: polyphase.py). prepare leaves them FP32: in 8 bits
-    they took 8-11 dB of SNR from every test voice for 3 % of the multiply-adds
+    they took 10-12 dB of SNR from every test voice for 3 % of the multiply-adds
     (bench/README.md; bench/int8_work.py measures both)."""
     import onnx
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
