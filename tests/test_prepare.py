@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURE_MODELS, REPO
-from harness import memory_cgroup_available, run_with_memory_limit
+from harness import cpu_cgroup_available, cpu_limited, memory_cgroup_available, run_with_memory_limit
 from hayakoe_pi.engine import Engine
 from hayakoe_pi.models import make, tune
 from hayakoe_pi.models import prepare as prep
@@ -131,6 +131,41 @@ def test_the_tuner_takes_two_decoder_lanes_only_where_they_are_clearly_faster():
     assert tune.choose_lanes(1.0, 0.97, threads=2) == 1  # not worth a second window's memory
     assert tune.choose_lanes(1.0, 1.20, threads=2) == 1  # slower at once
     assert tune.choose_lanes(1.0, 0.60, threads=1) == 1  # one core: nothing to share out
+
+
+def _threads_in(group: Path) -> int:
+    """cpu_threads() as a process started inside cgroup `group` finds it."""
+    def join():
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+
+    done = subprocess.run([sys.executable, "-c", "from hayakoe_pi.models.cpu import cpu_threads; print(cpu_threads())"],
+                          preexec_fn=join, capture_output=True, text=True, check=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    return int(done.stdout)
+
+
+def test_the_threads_follow_the_cpu_quota_not_only_the_cores():
+    """In a container given fewer CPUs than the board has (--cpus, CPUQuota), the threads,
+    the lanes shared out of them and what prepare times follow the quota: a thread more
+    only waits for it."""
+    reason = cpu_cgroup_available()
+    if reason:
+        pytest.skip(reason)
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2:
+        pytest.skip("one core: no fewer threads to choose")
+    with cpu_limited(None, cores - 1) as group:
+        assert _threads_in(group.path) == cores - 1
+        group.set(0.3)  # less than a core: still one thread
+        assert _threads_in(group.path) == 1
+        inner = group.path / "inner"  # a group of its own without a quota, inside the limited one
+        inner.mkdir()
+        try:
+            assert _threads_in(inner) == 1
+        finally:
+            inner.rmdir()
+        group.set(cores + 0.5)  # more than the cores: the cores
+        assert _threads_in(group.path) == cores
 
 
 def test_a_tuning_record_of_an_older_version_is_timed_again(tmp_path):

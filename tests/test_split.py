@@ -14,6 +14,7 @@ from conftest import FIXTURE_MODELS
 from hayakoe_pi.models import forms, split
 from hayakoe_pi.models import rows as row_rewrite
 from hayakoe_pi.models.forms import decoder_as_2d
+from hayakoe_pi.models.polyphase import as_convolutions
 from hayakoe_pi.models.sessions import _session_options
 from hayakoe_pi.models.store import ModelStore
 
@@ -180,6 +181,45 @@ def test_graphs_it_cannot_rewrite_are_left_alone():
     # right-aligned broadcasting of a [2, 1] operand would change meaning in 4-D
     assert decoder_as_2d(reshape) is None
     assert decoder_as_2d(per_channel) is None
+
+
+def _upsampler(kernel: int, stride: int, pads: list[int], bias: bool):
+    inits = [numpy_helper.from_array(RNG.standard_normal((3, 2, kernel)).astype(np.float32), "up.w")]
+    if bias:
+        inits.append(numpy_helper.from_array(RNG.standard_normal(2).astype(np.float32), "up.b"))
+    node = helper.make_node("ConvTranspose", ["z", "up.w", *(["up.b"] if bias else [])], ["audio"],
+                            strides=[stride], pads=pads)
+    graph = helper.make_graph([node], "up", [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3, "t"])],
+                              [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, 2, "s"])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+# the decoder's upsamplers (kernel, stride, pads) and others the rewrite must get right
+@pytest.mark.parametrize("kernel,stride,pads,bias", [(16, 8, [4, 4], True), (8, 2, [3, 3], True),
+                                                    (2, 2, [0, 0], True), (4, 2, [1, 1], False),
+                                                    (6, 3, [2, 1], True), (3, 1, [1, 1], False)])
+def test_transposed_convolutions_as_convolutions_give_the_same_samples(kernel, stride, pads, bias):
+    model = _upsampler(kernel, stride, pads, bias)
+    for frames in (1, 2, 37):
+        z = RNG.standard_normal((1, 3, frames)).astype(np.float32)
+        expected = _run(model, z)
+        rewritten = onnx.ModelProto()
+        rewritten.CopyFrom(model)
+        assert as_convolutions(rewritten) == 1
+        assert "ConvTranspose" not in {n.op_type for n in rewritten.graph.node}
+        assert "up.w" not in {t.name for t in rewritten.graph.initializer}  # not kept beside its rewrite
+        got = _run(rewritten, z)
+        assert got.shape == expected.shape and np.abs(got - expected).max() < 1e-5
+
+
+def test_transposed_convolutions_it_cannot_rewrite_are_left_alone():
+    uneven = _upsampler(5, 2, [1, 1], True)  # a kernel that is no multiple of the stride
+    assert as_convolutions(uneven) == 0 and uneven.graph.node[0].op_type == "ConvTranspose"
+    model = _decoder()  # a whole little decoder: its one upsampler rewritten, the same samples
+    z = RNG.standard_normal((1, 3, 37)).astype(np.float32)
+    expected = _run(model, z)
+    assert as_convolutions(model) == 1
+    assert np.abs(_run(model, z) - expected).max() < 1e-5
 
 
 @pytest.mark.prepares_models

@@ -1,9 +1,11 @@
-"""This CPU: the cores ONNX Runtime may use, and the key of this CPU and ONNX Runtime
+"""This CPU: the cores ONNX Runtime may use (those the process may run on, and no more
+than its cgroups' CPU quota lets it keep busy), and the key of this CPU and ONNX Runtime
 that derived files and timings are kept under."""
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import platform
 from pathlib import Path
@@ -12,11 +14,57 @@ import onnxruntime as ort
 
 
 def cpu_threads() -> int:
-    """Threads for ONNX Runtime: the cores this process may run on."""
+    """Threads for ONNX Runtime: the cores this process may run on, at most as many as
+    its CPU quota covers (a container's --cpus, systemd's CPUQuota): a thread more than
+    the quota only waits for it, and the decoder lanes share these out."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+        cores = max(1, os.cpu_count() or 1)
+    quota = cgroup_cpus()
+    return cores if quota is None else max(1, min(cores, math.ceil(quota - 1e-6)))
+
+
+def cgroup_cpus() -> float | None:
+    """CPUs this process's cgroups let it use (CFS quota over period, the least of its
+    group and the groups above it, cgroup v1 or v2); None: no quota."""
+    try:
+        groups = dict(line.split(":", 2)[1:] for line in Path("/proc/self/cgroup").read_text().splitlines())
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except (OSError, ValueError):
+        return None
+    limits = []
+    for mount in mounts:
+        fields, _, fs = mount.partition(" - ")
+        root, point = fields.split()[3:5]
+        kind, _, options = (fs.split() + ["", "", ""])[:3]
+        if kind == "cgroup2":
+            group = groups.get("")
+        elif kind == "cgroup" and "cpu" in options.split(","):
+            group = next((g for c, g in groups.items() if "cpu" in c.split(",")), None)
+        else:
+            continue
+        if group is None or not (group + "/").startswith(root.rstrip("/") + "/"):
+            continue  # not this process's part of that hierarchy
+        folder = Path(point, group[len(root.rstrip("/")):].lstrip("/"))
+        while True:
+            limits.append(_quota(folder, kind))
+            if folder == Path(point):
+                break
+            folder = folder.parent
+    limits = [cpus for cpus in limits if cpus is not None]
+    return min(limits) if limits else None
+
+
+def _quota(folder: Path, kind: str) -> float | None:
+    try:
+        if kind == "cgroup2":
+            quota, period = (folder / "cpu.max").read_text().split()
+        else:
+            quota, period = ((folder / f"cpu.cfs_{name}_us").read_text().strip() for name in ("quota", "period"))
+        return None if quota in ("max", "-1") else int(quota) / int(period)
+    except (OSError, ValueError):
+        return None
 
 
 def _cpu_signature() -> str:

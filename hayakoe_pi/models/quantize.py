@@ -4,9 +4,11 @@ written last: a preparation killed before it leaves nothing a later start trusts
 
 Static QDQ quantization: the convolutions' weights 8-bit signed per output
 channel, their inputs 8-bit unsigned with ranges measured on the voice's own
-latents (calibrate.py); the transposed convolutions and the decoder's two ends stay
-FP32 (`kept_in_fp32`). The 1-D form is the one a Pi runs (no blocked kernels on ARM:
-forms.py).
+latents (calibrate.py); the transposed convolutions (ONNX Runtime has no 8-bit one on
+the CPU) and the decoder's two ends stay FP32 (`kept_in_fp32`), and so do the
+element-wise ops between (leaky ReLU, the residual sums): in 8 bits each of these rounds
+the residual stream itself, and took 10-15 dB of SNR (bench/README.md, issue 49). The
+1-D form is the one a Pi runs (no blocked kernels on ARM: forms.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..durable import durable_replace
 from .cpu import cpu_key, cpu_threads
 from .gate import compare, decide
 from .lanes import LANE_WINDOW_FRAMES
+from .polyphase import as_convolutions
 from .sessions import open_session, optimized_path
 from .split import SplitModel
 from .tune import TUNE_FRAMES, TUNE_REPEATS, WARM_UP_ROUNDS, choose_lanes, time_two_at_once
@@ -64,7 +67,13 @@ def read_latents(path: Path) -> dict[str, list[dict[str, np.ndarray]]]:
     return {group: list(feeds.values()) for group, feeds in groups.items()}
 
 
-def quantize_decoder(source: Path, target: Path, calibration: list[dict[str, np.ndarray]]) -> None:
+def quantize_decoder(source: Path, target: Path, calibration: list[dict[str, np.ndarray]],
+                     upsamplers: bool = False) -> None:
+    """The 1-D decoder at `source` in 8 bits at `target`; with `upsamplers`, its transposed
+    convolutions too (as convolutions: polyphase.py). prepare leaves them FP32: in 8 bits
+    they took 10-12 dB of SNR from every test voice for 3 % of the multiply-adds
+    (bench/README.md; bench/int8_work.py measures both)."""
+    import onnx
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
                                           quantize_static)
 
@@ -75,8 +84,12 @@ def quantize_decoder(source: Path, target: Path, calibration: list[dict[str, np.
         def get_next(self):
             return next(self._feeds, None)
 
+    model = str(source)
+    if upsamplers:
+        model = onnx.load(str(source))
+        as_convolutions(model)
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    quantize_static(str(source), str(tmp), Latents(), quant_format=QuantFormat.QDQ,
+    quantize_static(model, str(tmp), Latents(), quant_format=QuantFormat.QDQ,
                     op_types_to_quantize=["Conv"], nodes_to_exclude=kept_in_fp32(source),
                     per_channel=True, weight_type=QuantType.QInt8,
                     activation_type=QuantType.QUInt8, calibrate_method=CalibrationMethod.MinMax)
