@@ -22,7 +22,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
 enum insn_class {
     FP_MUL,      /* FP/ASIMD multiply and multiply-accumulate: fmla fmls fmul fmulx fmadd ... */
-    INT_WIDEN,   /* ASIMD integer widening multiply (-accumulate): smull umull smlal umlal smlsl umlsl, sadalp uadalp */
+    INT_MUL_LONG, /* ASIMD integer widening multiply (-accumulate): smull umull smlal umlal smlsl umlsl */
+    PAIRWISE_ACC, /* ASIMD pairwise add and accumulate long: sadalp uadalp (what sums the products above) */
     DOT,         /* ASIMD dot product: sdot udot */
     LOAD_STORE,  /* every load and store, integer and vector */
     SIMD_OTHER,  /* the rest of the FP/ASIMD data processing (add, shifts, moves, converts ...) */
@@ -31,7 +32,7 @@ enum insn_class {
 };
 
 static const char *class_names[CLASSES] = {
-    "fp_mul", "int_widening_mul", "dot", "load_store", "simd_other", "other",
+    "fp_mul", "int_mul_long", "pairwise_add_long", "dot", "load_store", "simd_other", "other",
 };
 
 static uint64_t counts[CLASSES];
@@ -66,13 +67,13 @@ static enum insn_class classify(uint32_t insn)
     /* ASIMD three different: 0 Q U 01110 size 1 Rm opcode(4) 00 Rn Rd */
     if (is(insn, 0x9f200c00, 0x0e200000)) {
         if (op12 == 0x8 || op12 == 0xa || op12 == 0xc) {
-            return INT_WIDEN;                                   /* [su]mlal, [su]mlsl, [su]mull */
+            return INT_MUL_LONG;                                /* [su]mlal, [su]mlsl, [su]mull */
         }
         return SIMD_OTHER;
     }
     /* ASIMD two-register misc, opcode 00110: sadalp, uadalp */
     if (is(insn, 0x9f3ffc00, 0x0e206800)) {
-        return INT_WIDEN;
+        return PAIRWISE_ACC;
     }
     /* ASIMD three same extra, opcode 0010 with size 10: sdot, udot (vector) */
     if (is(insn, 0x9fe0fc00, 0x0e809400)) {
@@ -86,7 +87,7 @@ static enum insn_class classify(uint32_t insn)
             return DOT;                                         /* sdot, udot (by element) */
         }
         if (op12 == 0x2 || op12 == 0x6 || op12 == 0xa) {
-            return INT_WIDEN;                                   /* [su]mlal, [su]mlsl, [su]mull */
+            return INT_MUL_LONG;                                /* [su]mlal, [su]mlsl, [su]mull */
         }
         if (!u && (op12 == 0x1 || op12 == 0x5 || op12 == 0x9) && size != 1) {
             return FP_MUL;                                      /* fmla, fmls, fmul (size 00: FP16) */
@@ -107,7 +108,7 @@ static enum insn_class classify(uint32_t insn)
     return SIMD_OTHER;
 }
 
-static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+static void on_translate(qemu_plugin_id_t id __attribute__((unused)), struct qemu_plugin_tb *tb)
 {
     uint64_t in_block[CLASSES] = {0};
     size_t n = qemu_plugin_tb_n_insns(tb);
@@ -125,7 +126,7 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
     }
 }
 
-static void on_exit(qemu_plugin_id_t id, void *p)
+static void on_exit(qemu_plugin_id_t id __attribute__((unused)), void *p __attribute__((unused)))
 {
     FILE *f = out_path[0] ? fopen(out_path, "w") : stderr;
     if (!f) {
