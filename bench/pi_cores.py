@@ -15,7 +15,8 @@ for the A72 too, and AArch64SchedNeoverseN1.td, the A76's core):
 - Cortex-A72: 3 instructions decoded a cycle; two FP/ASIMD pipes (F0, F1); a
   Q-form FMLA takes both (1 a cycle); smull/smlal only on F0 and sadalp only on
   F1 (1 a cycle each); other ASIMD ops one pipe (2 a cycle); one load and one
-  store pipe; two integer ALUs, one multi-cycle pipe, one branch pipe.
+  store pipe (loads taken as all of them: 1 a cycle); two integer ALUs, one
+  multi-cycle pipe, one branch pipe.
 - Cortex-A76: 4 instructions decoded a cycle; two 128-bit ASIMD pipes (V0, V1):
   FMLA and sdot/udot on either (2 a cycle), smull/smlal only on V0 and sadalp
   only on V1; two load/store pipes; three integer pipes and a branch pipe.
@@ -62,7 +63,8 @@ def bound_cycles(counts: dict[str, float], core: str) -> tuple[float, str]:
     limits = {
         "decode": sum(counts.get(k, 0.0) for k in CLASSES) / c["decode"],
         "FP/ASIMD pipes": vector_slots / c["vector_pipes"],
-        "multiply-long pipe": multiplies,  # F0 / V0 alone
+        # F0 / V0 alone; on the A72 a Q-form fmla takes F0 too (with F1)
+        "multiply-long pipe": multiplies + counts.get("fp_mul", 0.0) * (c["fp_mul_slots"] - 1),
         "pairwise-add pipe": pairwise,  # F1 / V1 alone
         "loads/stores": counts.get("load_store", 0.0) / c["load_store_per_cycle"],
         "integer pipes": counts.get("other", 0.0) / c["other_per_cycle"],

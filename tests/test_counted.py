@@ -35,6 +35,12 @@ def test_an_a72_runs_8_bit_products_twice_as_fast_as_fp32_not_three_times():
     assert (int8, bound) == (pytest.approx(2.0), "multiply-long pipe")
 
 
+def test_an_a72_multiplies_long_on_the_pipe_a_q_form_fmla_also_takes():
+    mixed = _counts(int_mul_long=2, pairwise_add_long=1, fp_mul=1)
+    assert cores.bound_cycles(mixed, "cortex-a72") == (pytest.approx(3.0), "multiply-long pipe")
+    assert cores.bound_cycles(mixed, "cortex-a76")[0] == pytest.approx(2.0)  # an A76's fmla goes to V1
+
+
 def test_an_a76_runs_fp32_on_both_pipes_and_dot_products_four_times_as_fast():
     assert cores.bound_cycles(FP32_16, "cortex-a76")[0] == pytest.approx(2.0)
     assert cores.bound_cycles(DOT_16, "cortex-a76")[0] == pytest.approx(0.5)
