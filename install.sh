@@ -836,9 +836,9 @@ say "$STATE_DIR and $CACHE_DIR: owner $OWNER, mode 0700; $MODELS_DIR: the models
 # With the config's decoder: the 8-bit one made here too, not at the service's start.
 step "Models: preparing BERT and voice $VOICE (once per model file)"
 if [ "$CONFIG_DECODER" != fp32 ]; then
-    # <!-- PI-ESTIMATE --> (the time per Pi model goes into this message too)
     say "engine.decoder $CONFIG_DECODER: the 8-bit decoder is made and checked too, the first time: preparing" \
-        "takes about 3x as long (379-430 s against 125-144 s on 2 busy x86 cores; README: On a Pi)"
+        "takes about 3x as long (estimated: a Pi 4 6-8 minutes instead of 2-3, a Pi 5 a third of that;" \
+        "379-430 s against 125-144 s on 2 busy x86 cores; README: On a Pi)"
 fi
 prepare=("$VENV/bin/hayakoe-pi" prepare --models "$MODELS_DIR" --cache "$CACHE_DIR" --voice "$VOICE"
     --decoder "$CONFIG_DECODER")

@@ -5,6 +5,7 @@
     python bench/run.py playback --models ...   # holes, pause stretch, underruns (bench/playback.py)
     python bench/run.py memory --models ...     # a first start inside a memory limit (bench/memory.py)
     python bench/run.py in-step                 # rooms' first samples as heard after "at" (bench/in_step.py)
+    python bench/run.py counted --cache DIR     # instructions on a Pi 4's and Pi 5's cores (bench/counted.py)
 
 For each text and implementation it starts a fresh Python process that imports
 the implementation, loads BERT and the voice, speaks the text once untimed
@@ -233,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["in-step"]:  # rooms' first samples as heard after "at": bench/in_step.py
         from in_step import main as in_step
         return in_step(argv[1:])
+    if argv[:1] == ["counted"]:  # instructions on a Pi's cores, emulated, and time estimated: bench/counted.py
+        from counted import main as counted
+        return counted(argv[1:])
     if argv[:1] == ["memory"]:  # a first start inside a memory limit: bench/memory.py
         from memory import main as memory
         return memory(argv[1:])
