@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from . import __version__
-from .chime import CHOICES as CHIME_CHOICES
-from .config import Identity
+from .. import __version__
+from ..sound.chime import CHOICES as CHIME_CHOICES
+from ..settings.config import Identity
 from .topics import ANNOUNCEMENT, SELECTION, Topics
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
-from .config import Config, MqttConfig
+from ..settings.config import Config, MqttConfig
 from .discovery import retained_topics
 from .outbox import Outbox
 from .topics import Topics

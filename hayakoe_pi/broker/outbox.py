@@ -18,7 +18,7 @@ from collections import OrderedDict
 import paho.mqtt.client as paho
 from paho.mqtt.enums import MQTTErrorCode
 
-from .bounds import MAX_PUBLISH_BYTES, bounded_payload
+from ..bounds import MAX_PUBLISH_BYTES, bounded_payload
 
 log = logging.getLogger("hayakoe_pi.mqtt")
 

@@ -18,10 +18,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .bounds import QUOTE_CHARS, REASON_CHARS, quoted, quoted_repr
-from .chime import CHOICES as CHIME_CHOICES, chime_choice
-from .engine import SPEED_RANGE
-from .speech import SpeechError, SpeechService, check_number
+from ..bounds import QUOTE_CHARS, REASON_CHARS, quoted, quoted_repr
+from ..sound.chime import CHOICES as CHIME_CHOICES, chime_choice
+from ..synthesis.engine import SPEED_RANGE
+from ..speech.service import SpeechError, SpeechService, check_number
 
 REQUEST_FIELDS = ("text", "voice", "style", "speed", "volume", "id", "interrupt", "at", "max_age", "sent",
                   "chime", "priority")

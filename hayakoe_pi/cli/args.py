@@ -8,10 +8,10 @@ import dataclasses
 import os
 from pathlib import Path
 
-from . import __version__
-from .config import VoiceConfig
-from .models.quantize import DECODER_CHOICES
-from .text.dictionary import KINDS
+from .. import __version__
+from ..settings.config import VoiceConfig
+from ..models.quantize import DECODER_CHOICES
+from ..text.dictionary import KINDS
 
 DEFAULT_CONFIG = "/etc/hayakoe-pi/config.yaml"
 # Commands that cannot work without a config: without --config they name the service's, so a

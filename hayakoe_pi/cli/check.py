@@ -5,18 +5,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .cli_args import config_path
-from .cli_context import become_owner_of, command_config, writable
-from .config import Config
-from .diskspace import service_folders, space_of
+from .args import config_path
+from .context import become_owner_of, command_config, writable
+from ..settings.config import Config
+from ..door.diskspace import service_folders, space_of
 
 
 def check(args: argparse.Namespace) -> int:
-    from .audio import AudioError, check_device
-    from .config import check_models
-    from .models.prepare import describe_bert, describe_int8, describe_tuning, missing
-    from .models.store import ModelStore
-    from .mqtt import probe_broker
+    from ..sound.player import AudioError, check_device
+    from ..settings.config import check_models
+    from ..models.prepare import describe_bert, describe_int8, describe_tuning, missing
+    from ..models.store import ModelStore
+    from ..broker.link import probe_broker
 
     config = command_config(args)
     problems = 0
@@ -75,11 +75,11 @@ def check(args: argparse.Namespace) -> int:
 def settings_in_effect(config: Config, config_file: str | None) -> list[str]:
     """Each setting Home Assistant can change, as the daemon would start with it, and where it
     comes from (settings.py's rule); the state files are read, never written."""
-    from .announcements import AnnouncementSettings
-    from .config import voice_styles
-    from .models.voices import installed_voices
-    from .settings import config_changed_at
-    from .speech import SavedSelection, settle_selection
+    from ..settings.announcements import AnnouncementSettings
+    from ..settings.config import voice_styles
+    from ..models.voices import installed_voices
+    from ..settings.runtime import config_changed_at
+    from ..speech.service import SavedSelection, settle_selection
 
     state, changed_at = Path(config.state.file), config_changed_at(config_file)
     become_owner_of(state.parent)  # the service's folder (0700)

@@ -9,8 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from .cli_args import config_path
-from .config import Config, load_config
+from .args import config_path
+from ..settings.config import Config, load_config
 
 
 def command_config(args: argparse.Namespace) -> Config:
@@ -31,7 +31,7 @@ def derived_dir(config: Config, config_given: bool) -> Path:
     """Where the CLI finds (and makes) the derived model files: the service's
     (`cache.dir`/models) when it reads a config file or runs as root (as_service), else the
     user's ~/.cache/hayakoe-pi/models."""
-    from .models.store import default_derived_dir
+    from ..models.store import default_derived_dir
 
     if config_given or as_service():
         return config.cache.models_dir
@@ -63,8 +63,8 @@ def become_owner_of(folder: Path) -> None:
 
 def engine(args: argparse.Namespace, config: Config, models: str | Path, voice: str, speaker=None):
     """An engine on `models`, its derived files where the service keeps them (as that service's user)."""
-    from .engine import Engine
-    from .models.store import ModelStore
+    from ..synthesis.engine import Engine
+    from ..models.store import ModelStore
 
     derived = derived_dir(config, config_path(args) is not None)
     become_owner_of(derived.parent)

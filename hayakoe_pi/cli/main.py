@@ -12,16 +12,16 @@ import os
 import sys
 from pathlib import Path
 
-from .cli_args import DEFAULT_CONFIG, build_parser, config_path
-from .cli_check import check
-from .cli_context import become_owner_of, command_config, derived_dir, engine
-from .config import Config
-from .models.errors import ModelError
-from .models.store import VOCAB_PATH
+from .args import DEFAULT_CONFIG, build_parser, config_path
+from .check import check
+from .context import become_owner_of, command_config, derived_dir, engine
+from ..settings.config import Config
+from ..models.errors import ModelError
+from ..models.store import VOCAB_PATH
 
 
 def _frontend(args: argparse.Namespace) -> int:
-    from .text import FrontEnd, TextError, VocabError
+    from ..text import FrontEnd, TextError, VocabError
 
     models = args.models
     if config_path(args):  # its models and its user dictionary
@@ -47,7 +47,7 @@ def _frontend(args: argparse.Namespace) -> int:
 
 
 def _synth(args: argparse.Namespace) -> int:
-    from .audio import write_wav
+    from ..sound.player import write_wav
 
     folder = Path(args.output).expanduser().absolute().parent
     if not folder.is_dir() or not os.access(folder, os.W_OK):
@@ -63,15 +63,15 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .daemon import run
+    from ..door.daemon import run
 
     return run(command_config(args), config_path(args))
 
 
 def _prepare(args: argparse.Namespace) -> int:
     """Make the derived model files ahead of the first start (install.sh runs it)."""
-    from .config import CacheConfig, Config
-    from .models.prepare import prepare
+    from ..settings.config import CacheConfig, Config
+    from ..models.prepare import prepare
 
     if args.models:
         config, models = Config(), args.models
@@ -87,8 +87,8 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _say(args: argparse.Namespace) -> int:
-    from .ahead import synthesize_ahead
-    from .audio import Player, check_device
+    from ..synthesis.ahead import synthesize_ahead
+    from ..sound.player import Player, check_device
 
     config = command_config(args)
     models = args.models or config.models.dir
@@ -114,7 +114,7 @@ def _use_dictionary(config: Config, entries=None) -> None:
     """Make OpenJTalk use the config's user dictionary (or `entries`), compiled in a scratch folder."""
     import tempfile
 
-    from .text.dictionary import UserDictionary, activate
+    from ..text.dictionary import UserDictionary, activate
 
     if entries is None:
         words = UserDictionary(Path(config.dictionary.file), config.dictionary.max_entries)
@@ -127,7 +127,7 @@ def _use_dictionary(config: Config, entries=None) -> None:
 
 def _dict(args: argparse.Namespace) -> int:
     """The user dictionary of a config: add, remove, list, test."""
-    from .text.dictionary import UserDictionary
+    from ..text.dictionary import UserDictionary
 
     config = command_config(args)
     become_owner_of(Path(config.dictionary.file).parent)
@@ -155,7 +155,7 @@ def _dict(args: argparse.Namespace) -> int:
 
 def _forget(args: argparse.Namespace) -> int:
     """Remove the device from Home Assistant (install.sh --uninstall runs it, the service stopped)."""
-    from .mqtt import forget_device
+    from ..broker.link import forget_device
 
     ok, detail = forget_device(command_config(args))
     print(detail, file=sys.stdout if ok else sys.stderr)
@@ -163,7 +163,7 @@ def _forget(args: argparse.Namespace) -> int:
 
 
 def _devices(args: argparse.Namespace) -> int:
-    from .audio import desktop_sound_server, output_devices, suggested_device
+    from ..sound.player import desktop_sound_server, output_devices, suggested_device
 
     devices = output_devices()
     server = desktop_sound_server()
@@ -199,10 +199,10 @@ COMMANDS = {"run": _run, "check": check, "say": _say, "dict": _dict, "devices": 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .text import TextError
+    from ..text import TextError
 
-    from .audio import AudioError
-    from .config import ConfigError
+    from ..sound.player import AudioError
+    from ..settings.config import ConfigError
 
     try:
         return COMMANDS[args.command](args)

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 
-from .mqtt_api import SayRequest
+from ..broker.payloads import SayRequest
 from .receipts import Receipts
 from .speaking import POISON_DEATHS
 

@@ -13,10 +13,10 @@ import itertools
 import logging
 
 from .command_lane import CommandLane
-from .mqtt_api import error_event, parse_volume, parse_word
+from ..broker.payloads import error_event, parse_volume, parse_word
 from .reports import Reports
-from .speech import SpeechService
-from .topics import SELECTION
+from ..speech.service import SpeechService
+from ..broker.topics import SELECTION
 
 log = logging.getLogger("hayakoe_pi")
 

@@ -24,26 +24,26 @@ from pathlib import Path
 
 from . import sdnotify
 from .admission import Admission
-from .announcements import AnnouncementSettings, playing_volume
-from .ahead import SynthesisAhead
-from .audio import AudioError, Player, check_device, rescan_devices
-from .cache import PhraseCache
-from .chime import Chimes
+from ..settings.announcements import AnnouncementSettings, playing_volume
+from ..synthesis.ahead import SynthesisAhead
+from ..sound.player import AudioError, Player, check_device, rescan_devices
+from ..speech.cache import PhraseCache
+from ..sound.chime import Chimes
 from .commands import Commands
-from .config import Config
+from ..settings.config import Config
 from .diskspace import DiskWatch, service_folders
-from .engine import TextError
-from .models.store import ModelStore
-from .mqtt import BrokerLink
-from .mqtt_api import PayloadError, SayRequest, event, parse_say
+from ..synthesis.engine import TextError
+from ..models.store import ModelStore
+from ..broker.link import BrokerLink
+from ..broker.payloads import PayloadError, SayRequest, event, parse_say
 from .receipts import Receipts
 from .reports import Reports
 from .speaking import SpeakingRecord, died_speaking
-from .settings import config_changed_at
-from .speech import SavedSelection, SpeechError, SpeechService
-from .topics import ANNOUNCEMENT, SELECTION, Topics
-from .text.dictionary import UserDictionary
-from .threads import name_os_thread
+from ..settings.runtime import config_changed_at
+from ..speech.service import SavedSelection, SpeechError, SpeechService
+from ..broker.topics import ANNOUNCEMENT, SELECTION, Topics
+from ..text.dictionary import UserDictionary
+from ..threads import name_os_thread
 
 log = logging.getLogger("hayakoe_pi")
 
@@ -99,7 +99,7 @@ class Daemon:
         self.worker = threading.Thread(target=self._work, name="speaker", daemon=True)
         self.wyoming = None  # the Wyoming server for Home Assistant Assist, when enabled
         if config.wyoming.enabled:
-            from .wyoming import WyomingServer
+            from ..wyoming import WyomingServer
 
             self.wyoming = WyomingServer(config.wyoming, self.speech, self.identity)
 
@@ -377,7 +377,7 @@ class Daemon:
 
 def run(config: Config, config_file: str | Path | None = None) -> int:
     """`hayakoe-pi run`: load everything, then serve until stopped."""
-    from .config import check_models
+    from ..settings.config import check_models
 
     os.umask(0o077)  # cache, split models and state are the service's alone, under systemd or not
     check_models(config)

@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from .durable import FailingWrites, write_durably
+from ..durable import FailingWrites, write_durably
 
 log = logging.getLogger("hayakoe_pi")
 

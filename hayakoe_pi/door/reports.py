@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 
-from .config import Identity
-from .discovery import discovery_messages
+from ..settings.config import Identity
+from ..broker.discovery import discovery_messages
 from .diskspace import DiskWatch
-from .mqtt import BrokerLink
-from .mqtt_api import error_event
-from .speech import SpeechService
-from .announcements import AnnouncementSettings
-from .topics import ANNOUNCEMENT, SELECTION, Topics
+from ..broker.link import BrokerLink
+from ..broker.payloads import error_event
+from ..speech.service import SpeechService
+from ..settings.announcements import AnnouncementSettings
+from ..broker.topics import ANNOUNCEMENT, SELECTION, Topics
 
 log = logging.getLogger("hayakoe_pi")
 

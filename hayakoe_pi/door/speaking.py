@@ -12,8 +12,8 @@ import logging
 import os
 from pathlib import Path
 
-from .durable import FailingWrites
-from .mqtt_api import EVENT_TEXT_CHARS, SayRequest
+from ..durable import FailingWrites
+from ..broker.payloads import EVENT_TEXT_CHARS, SayRequest
 
 log = logging.getLogger("hayakoe_pi")
 

@@ -17,7 +17,7 @@ finished files, memory-mapped.
     python -m hayakoe_pi.models.make --models DIR --derived DIR (--bert | --voice NAME)
 
 (make.py); for an 8-bit decoder `--voice NAME --keep-weights`, then
-`python -m hayakoe_pi.calibrate`, then `make --int8 NAME`. A new CPU or ONNX
+`python -m hayakoe_pi.synthesis.calibrate`, then `make --int8 NAME`. A new CPU or ONNX
 Runtime makes new optimized copies and timings (cpu.cpu_key).
 """
 
@@ -128,7 +128,7 @@ def _make(models_dir: Path, derived: Path, what: str, decoder: str) -> Step:
     made = _child(what, MAKE, *where, "--voice", what, *(["--keep-weights"] if int8 else []))
     peaks, record = [made["peak_mb"]], None
     if int8 and _int8_missing(models_dir, derived, what):
-        peaks.append(_child(what, "hayakoe_pi.calibrate", *where, "--voice", what)["peak_mb"])
+        peaks.append(_child(what, "hayakoe_pi.synthesis.calibrate", *where, "--voice", what)["peak_mb"])
         made_int8 = _child(what, MAKE, *where, "--int8", what)
         peaks.append(made_int8["peak_mb"])
         record = made_int8["tuning"]

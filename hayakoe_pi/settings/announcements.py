@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .bounds import quoted_repr
-from .chime import CHOICES as CHIME_CHOICES, OFF, chime_choice
-from .settings import RuntimeChanges, Setting
+from ..bounds import quoted_repr
+from ..sound.chime import CHOICES as CHIME_CHOICES, OFF, chime_choice
+from .runtime import RuntimeChanges, Setting
 
 log = logging.getLogger("hayakoe_pi")
 

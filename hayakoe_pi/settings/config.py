@@ -19,11 +19,11 @@ from pathlib import Path
 import yaml
 
 from .announcements import QuietHours
-from .chime import CHOICES as CHIME_CHOICES, chime_choice, read_wav
-from .engine import SPEED_RANGE
-from .layout import DEFAULT_VOICE
-from .models.quantize import DECODER_CHOICES
-from .models.voices import SPEAKERS_DIR, installed_voices
+from ..sound.chime import CHOICES as CHIME_CHOICES, chime_choice, read_wav
+from ..synthesis.engine import SPEED_RANGE
+from ..layout import DEFAULT_VOICE
+from ..models.quantize import DECODER_CHOICES
+from ..models.voices import SPEAKERS_DIR, installed_voices
 
 
 class ConfigError(Exception):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .durable import write_durably
+from ..durable import write_durably
 
 log = logging.getLogger("hayakoe_pi")
 

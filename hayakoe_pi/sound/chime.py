@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .bounds import quoted_repr
+from ..bounds import quoted_repr
 
 # No chime is "off": Home Assistant's MQTT select takes a state "none" (in any case) for no
 # option at all, and would show the chime as unknown. "none", its former name, is still accepted.

@@ -222,7 +222,7 @@ class Player:
         """
         sd = _sounddevice()
 
-        from .ahead import SynthesisAhead
+        from ..synthesis.ahead import SynthesisAhead
 
         ahead = source if isinstance(source, SynthesisAhead) else SynthesisAhead.of_chunks(source, sample_rate)
         self._progress = progress

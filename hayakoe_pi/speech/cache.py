@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .durable import FailingWrites
+from ..durable import FailingWrites
 
 log = logging.getLogger("hayakoe_pi")
 

@@ -21,18 +21,18 @@ from pathlib import Path
 
 import numpy as np
 
-from .ahead import SynthesisAhead, synthesize_ahead
-from .bounds import quoted
+from ..synthesis.ahead import SynthesisAhead, synthesize_ahead
+from ..bounds import quoted
 from .cache import PhraseCache, cache_key, voice_fingerprint
-from .config import voice_styles
-from .durable import write_durably
-from .engine import Engine
-from .models.errors import ModelError
-from .models.store import ModelStore
-from .sentences import pause_samples
-from .settings import RuntimeChanges, Setting
-from .text.dictionary import Entry, UserDictionary, active_words, function_word, prepare, use
-from .text.inline import InlineReadingError, check_inline_readings
+from ..settings.config import voice_styles
+from ..durable import write_durably
+from ..synthesis.engine import Engine
+from ..models.errors import ModelError
+from ..models.store import ModelStore
+from ..synthesis.sentences import pause_samples
+from ..settings.runtime import RuntimeChanges, Setting
+from ..text.dictionary import Entry, UserDictionary, active_words, function_word, prepare, use
+from ..text.inline import InlineReadingError, check_inline_readings
 
 log = logging.getLogger("hayakoe_pi")
 

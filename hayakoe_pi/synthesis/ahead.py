@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from .decoding import Piece
-from .threads import lower_compute_priority, name_os_thread
+from ..threads import lower_compute_priority, name_os_thread
 from .windows import paced_windows
 
 AHEAD_SECONDS = 30.0  # synthesis may run this far ahead of playback (memory stays flat)

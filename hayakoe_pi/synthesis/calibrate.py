@@ -2,7 +2,7 @@
 fixed Japanese sentences, in a child process of its own (BERT and the voice loaded as
 the daemon loads them; its memory goes back when it exits).
 
-    python -m hayakoe_pi.calibrate --models DIR --derived DIR --voice NAME
+    python -m hayakoe_pi.synthesis.calibrate --models DIR --derived DIR --voice NAME
 
 writes latents.npz into the voice's folder of derived files and prints its peak
 memory as one line of JSON. Run by models/prepare.py before `make --int8`.
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .durable import durable_replace
-from .models.errors import ModelError
-from .models.folders import model_folder
-from .models.prepare import synthesizer_path
-from .models.make import peak_mb
-from .models.quantize import LATENTS_NAME
+from ..durable import durable_replace
+from ..models.errors import ModelError
+from ..models.folders import model_folder
+from ..models.prepare import synthesizer_path
+from ..models.make import peak_mb
+from ..models.quantize import LATENTS_NAME
 
 # What the 8-bit decoder's activation ranges are measured on: announcements of the
 # kind the appliance speaks, short and long, statements and questions.
@@ -53,7 +53,7 @@ def write_latents(models_dir: Path, derived: Path, voice: str) -> Path:
     """Each sentence's decoder inputs, calibration ones first, saved durably (a killed run
     leaves no file that a later one would trust)."""
     from .engine import Engine
-    from .models.store import ModelStore
+    from ..models.store import ModelStore
 
     # the fronts alone: what makes the latents (a decoder would only cost memory here)
     engine = Engine(models_dir, voice=voice, store=ModelStore(models_dir, derived_dir=derived, decoder=None))
@@ -73,7 +73,7 @@ def write_latents(models_dir: Path, derived: Path, voice: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hayakoe_pi.calibrate")
+    ap = argparse.ArgumentParser(prog="python -m hayakoe_pi.synthesis.calibrate")
     ap.add_argument("--models", required=True, type=Path)
     ap.add_argument("--derived", required=True, type=Path)
     ap.add_argument("--voice", required=True)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .models.lanes import LANE_WINDOW_FRAMES
-from .models.voices import Voice
+from ..models.lanes import LANE_WINDOW_FRAMES
+from ..models.voices import Voice
 
 log = logging.getLogger("hayakoe_pi.engine")
 

@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 
 from .decoding import Piece, Window, decoded
-from .layout import DEFAULT_VOICE
-from .models.lanes import LANE_WINDOW_FRAMES
-from .models.store import ModelStore
-from .models.voices import Voice
+from ..layout import DEFAULT_VOICE
+from ..models.lanes import LANE_WINDOW_FRAMES
+from ..models.store import ModelStore
+from ..models.voices import Voice
 from .sentences import pause_samples, split_sentences
-from .text import Analysis, TextError
-from .text.phonemes import PUNCTUATIONS
+from ..text import Analysis, TextError
+from ..text.phonemes import PUNCTUATIONS
 from .windows import DECODER_WINDOW_FRAMES, FIRST_WINDOW_FRAMES, decoder_windows
 
 __all__ = ["Engine", "Piece", "TextError"]
