@@ -364,7 +364,7 @@ ln -sfn /opt/hayakoe-pi/venv/bin/hayakoe-pi "$BIN_LINK"
 read_config() {
     "$VENV/bin/python" - "$1" <<'EOF'
 import sys
-from hayakoe_pi.config import ConfigError, load_config
+from hayakoe_pi.settings.config import ConfigError, load_config
 
 try:
     c = load_config(sys.argv[1])

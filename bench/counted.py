@@ -62,7 +62,7 @@ FOUR_CORES = 4 * 0.75
 
 def _sentences(models: Path):
     from hayakoe_pi import layout
-    from hayakoe_pi.sentences import split_sentences
+    from hayakoe_pi.synthesis.sentences import split_sentences
     from hayakoe_pi.text import FrontEnd
 
     frontend = FrontEnd(models / layout.VOCAB_PATH)
@@ -79,7 +79,7 @@ def _decoder(part: str, models: Path, voice: str, split: Path, cache: Path):
     from hayakoe_pi.models.sessions import open_session
     from hayakoe_pi.models.split import cached_split, decoder_margin
     from hayakoe_pi.models.voices import read_config
-    from hayakoe_pi.windows import DECODER_WINDOW_FRAMES
+    from hayakoe_pi.synthesis.windows import DECODER_WINDOW_FRAMES
 
     directory = models / "onnx" / "speakers" / voice
     synth = directory / "synthesizer.onnx"

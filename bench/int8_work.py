@@ -7,7 +7,7 @@ decoder window.
     python bench/int8_work.py FOLDER [--out DIR] [--instructions] [--repeats 5]
 
 FOLDER: a voice's prepared folder holding decoder.onnx and latents.npz (what prepare
-leaves between its children: `make --keep-weights` and `python -m hayakoe_pi.calibrate`
+leaves between its children: `make --keep-weights` and `python -m hayakoe_pi.synthesis.calibrate`
 make them; prepare removes latents.npz once the 8-bit decoder is made). Each variant is
 quantized into DIR, optimized as the daemon's sessions are (sessions.optimize), and
 compared with FP32 on the held-out sentences (gate.compare). A window is 256 latent frames

@@ -40,7 +40,7 @@ from harness import (AlsaSink, DaemonProcess, Mosquitto, Probe, cpu_cgroup_avail
                      cpu_limited, wait_for, write_config)
 from texts import TEXTS  # noqa: E402
 
-from hayakoe_pi.chime import default_chime  # noqa: E402
+from hayakoe_pi.sound.chime import default_chime  # noqa: E402
 
 PIPE_BYTES = 16384  # ~93 ms of float32 mono at 44.1 kHz: a real card's buffer
 RATE = 44100

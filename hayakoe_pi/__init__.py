@@ -7,7 +7,7 @@ import os
 # Child processes (prepare's steps) inherit it.
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
-from .engine import Engine
+from .synthesis.engine import Engine
 from .models.errors import ModelError
 from .text import TextError
 

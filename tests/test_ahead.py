@@ -6,8 +6,8 @@ import time
 import numpy as np
 import pytest
 
-from hayakoe_pi.ahead import GUARD_SECONDS, SAFETY, DecoderSpeed, SynthesisAhead
-from hayakoe_pi.engine import Piece
+from hayakoe_pi.synthesis.ahead import GUARD_SECONDS, SAFETY, DecoderSpeed, SynthesisAhead
+from hayakoe_pi.synthesis.engine import Piece
 
 SR = 1000  # samples per second: easy arithmetic
 HOP = 10  # samples per latent frame
@@ -144,8 +144,8 @@ def test_synthesis_threads_run_below_the_player(tmp_path):
 
     script = f"""
 import json, os, threading
-from hayakoe_pi.engine import Engine
-from hayakoe_pi.ahead import synthesize_ahead
+from hayakoe_pi.synthesis.engine import Engine
+from hayakoe_pi.synthesis.ahead import synthesize_ahead
 eng = Engine({str(FIXTURE_MODELS)!r}, voice="tiny-voice")
 seen = {{}}
 def watch():  # the synthesis thread's own priority, while it runs
@@ -165,8 +165,8 @@ print(json.dumps([os.getpriority(os.PRIO_PROCESS, me), seen["synthesis"], sorted
 
 
 def test_the_first_text_after_a_start_is_planned_by_the_speed_prepare_measured(store, monkeypatch):
-    from hayakoe_pi import ahead
-    from hayakoe_pi.engine import Engine
+    from hayakoe_pi.synthesis import ahead
+    from hayakoe_pi.synthesis.engine import Engine
 
     engine = Engine(store.dir, voice="tiny-voice", store=store)
     seconds, frames = engine.voice.tuned_speed  # prepare timed the decoder on this CPU

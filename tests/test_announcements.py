@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from harness import HEAVY_DECODER, appliance, cpu_cgroup_available, settle, slow_cpu, wait_for
-from hayakoe_pi.announcements import QuietHours, playing_volume
-from hayakoe_pi.chime import default_chime
+from hayakoe_pi.settings.announcements import QuietHours, playing_volume
+from hayakoe_pi.sound.chime import default_chime
 
 RATE = 44100
 LEAD_MS = 500    # long enough to tell a lead-in from the card's own latency (~0.2 s)
@@ -242,9 +242,9 @@ def test_on_a_cpu_slower_than_real_time_speech_waits_after_the_chime_until_it_ca
 
 
 def test_a_message_may_name_only_wav_files_in_the_chime_folder(tmp_path):
-    from hayakoe_pi.audio import write_wav
-    from hayakoe_pi.chime import Chimes
-    from hayakoe_pi.mqtt_api import parse_chime
+    from hayakoe_pi.sound.player import write_wav
+    from hayakoe_pi.sound.chime import Chimes
+    from hayakoe_pi.broker.payloads import parse_chime
 
     folder = tmp_path / "chimes"
     folder.mkdir()
@@ -265,10 +265,10 @@ def test_no_chime_is_off_and_none_is_still_taken_for_it(tmp_path):
     """Home Assistant's select shows a state "none" as no option (unknown): the chime's is "off".
     "none", its former name, still works in config.yaml, in chime/set, in a message and in a
     kept announcements.json."""
-    from hayakoe_pi.announcements import AnnouncementSettings
-    from hayakoe_pi.chime import Chimes
-    from hayakoe_pi.config import ConfigError, load_config
-    from hayakoe_pi.mqtt_api import parse_chime
+    from hayakoe_pi.settings.announcements import AnnouncementSettings
+    from hayakoe_pi.sound.chime import Chimes
+    from hayakoe_pi.settings.config import ConfigError, load_config
+    from hayakoe_pi.broker.payloads import parse_chime
 
     path = tmp_path / "announcements.json"
     for configured in ("none", "off", False):  # False: YAML's bare `chime: off`

@@ -10,11 +10,11 @@ import numpy as np
 
 from conftest import REPO
 from harness import AlsaSink
-from hayakoe_pi.audio import to_pcm16, write_wav
+from hayakoe_pi.sound.player import to_pcm16, write_wav
 
 PLAY = """
 import json, sys, threading, numpy as np
-from hayakoe_pi.audio import Player, AudioError
+from hayakoe_pi.sound.player import Player, AudioError
 args = json.loads(sys.argv[1])
 chunks = [np.full(n, 0.5, np.float32) for n in args["chunks"]]
 stop = threading.Event()
@@ -128,7 +128,7 @@ PULSE_IF_RUNNING = """hook_func.pulse_load_if_running {
 
 
 def test_a_desktop_sound_server_owning_alsas_default_is_found(tmp_path):
-    from hayakoe_pi.audio import desktop_sound_server
+    from hayakoe_pi.sound.player import desktop_sound_server
 
     conf_d = tmp_path / "conf.d"
     conf_d.mkdir()
@@ -152,7 +152,7 @@ PI4_DEVICES = ["vc4-hdmi-0: MAI PCM i2s-hifi-0 (plughw:0,0)", "vc4-hdmi-1: MAI P
 
 
 def test_the_card_suggested_instead_of_a_sound_servers_default():
-    from hayakoe_pi.audio import suggested_device
+    from hayakoe_pi.sound.player import suggested_device
 
     def devices(names):
         return [{"name": n} for n in names]

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import REPO
 from harness import DaemonProcess, appliance, wait_for
-from hayakoe_pi.mqtt_api import payload_digest
+from hayakoe_pi.broker.payloads import payload_digest
 
 LONG = "冷蔵庫のドアが開いています。閉めてください。" * 6  # ~15 s
 

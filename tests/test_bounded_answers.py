@@ -120,7 +120,7 @@ def test_an_error_reason_is_cut_where_every_error_is_made():
     """Whatever a reason embeds (an exception's message, a value), the event and the journal line
     (Reports.error logs the event's reason) quote it up to REASON_CHARS."""
     from hayakoe_pi.bounds import REASON_CHARS
-    from hayakoe_pi.mqtt_api import error_event
+    from hayakoe_pi.broker.payloads import error_event
 
     answer = error_event("internal error: ValueError: " + "x" * 5000, text="あ" * 300, code="internal")
     assert len(answer["error"]) < REASON_CHARS + 40 and answer["error"].endswith("… (5028 characters)"), answer

@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from hayakoe_pi.cache import PhraseCache, cache_key, files_fingerprint
+from hayakoe_pi.speech.cache import PhraseCache, cache_key, files_fingerprint
 
 
 def test_round_trip_and_private_files(tmp_path):

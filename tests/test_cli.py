@@ -187,7 +187,7 @@ def subcommands(parser, prefix=()):
 
 def test_config_is_taken_before_or_after_the_command_everywhere():
     """Before: `dict list --config X` failed (unrecognized arguments), only `dict --config X list` worked."""
-    from hayakoe_pi.cli_args import build_parser
+    from hayakoe_pi.cli.args import build_parser
 
     required = {("synth",): ["--models", "m", "--voice", "v", "-o", "x.wav", "t"], ("say",): ["t"],
                 ("dict", "add"): ["晴翔", "ハルト", "1"], ("dict", "remove"): ["晴翔"]}
@@ -216,7 +216,7 @@ def test_every_command_reads_the_services_config_when_it_exists_and_you_are_root
                                                                                  root, exists):
     """As `run` always did: before, plain `sudo hayakoe-pi say TEXT` ignored /etc/hayakoe-pi/config.yaml
     (its voice, its sound card) and spoke with the defaults."""
-    from hayakoe_pi import cli_args
+    from hayakoe_pi.cli import args as cli_args
 
     service = tmp_path / "config.yaml"
     if exists:

@@ -3,7 +3,7 @@ import re
 import pytest
 
 from conftest import REPO
-from hayakoe_pi.config import Config, ConfigError, Identity, defaults, load_config
+from hayakoe_pi.settings.config import Config, ConfigError, Identity, defaults, load_config
 
 
 def write(tmp_path, text):
@@ -86,7 +86,7 @@ def test_device_may_be_a_name_or_an_index(tmp_path):
 def test_the_config_is_typed_and_cannot_change_once_loaded(tmp_path):
     import dataclasses
 
-    from hayakoe_pi.engine import SPEED_RANGE
+    from hayakoe_pi.synthesis.engine import SPEED_RANGE
 
     config = load_config(write(tmp_path, "voice:\n  speed: 2\ncache:\n  dir: /srv/cache\n"))
     assert config.voice.speed == 2 and config.cache.models_dir.as_posix() == "/srv/cache/models"

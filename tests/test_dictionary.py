@@ -9,9 +9,9 @@ import yaml
 
 from conftest import FIXTURE_MODELS, GOLDEN, REF_MODELS, needs_shared
 from harness import appliance, wait_for
-from hayakoe_pi.cache import PhraseCache
+from hayakoe_pi.speech.cache import PhraseCache
 from hayakoe_pi.models.store import ModelStore
-from hayakoe_pi.speech import SavedSelection, SpeechService
+from hayakoe_pi.speech.service import SavedSelection, SpeechService
 from hayakoe_pi.text import FrontEnd
 from hayakoe_pi.text.dictionary import Entry, UserDictionary, activate, check_entry, moras, prepare
 from hayakoe_pi.text.g2p import g2p
@@ -319,7 +319,7 @@ def test_the_next_utterance_has_the_new_reading_and_the_one_in_progress_keeps_th
     still read as it was when the utterance began (never half of each); the next one reads the new way."""
     import numpy as np
 
-    from hayakoe_pi.engine import Engine
+    from hayakoe_pi.synthesis.engine import Engine
 
     engine = Engine(FIXTURE_MODELS, voice="tiny-voice", store=ModelStore(FIXTURE_MODELS, derived_dir=tmp_path / "d"))
     exact = {"noise": 0.0, "noise_w": 0.0, "sdp_ratio": 0.0}  # the same samples for the same reading

@@ -9,9 +9,9 @@ show as a feature that does not work: hence this test.
 """
 
 from hayakoe_pi import __version__
-from hayakoe_pi.config import Config, DeviceConfig, MqttConfig
-from hayakoe_pi.discovery import discovery_messages, retained_topics
-from hayakoe_pi.topics import Topics
+from hayakoe_pi.settings.config import Config, DeviceConfig, MqttConfig
+from hayakoe_pi.broker.discovery import discovery_messages, retained_topics
+from hayakoe_pi.broker.topics import Topics
 
 COMMON = {
     "availability", "availability_mode", "availability_template", "availability_topic", "default_entity_id",
@@ -175,7 +175,7 @@ def test_no_select_offers_an_option_home_assistant_shows_as_unknown(tmp_path):
     """Home Assistant's MQTT select takes a state equal to "none", in any case, for no option at
     all: it would show the chime as unknown whenever there is none (seen in Home Assistant
     2026.11, tools/ha-check). The options as the daemon sends them (reports.py)."""
-    from hayakoe_pi.announcements import AnnouncementSettings
+    from hayakoe_pi.settings.announcements import AnnouncementSettings
 
     me = Config().identity()
     for configured in ("none", "off", "default", str(tmp_path / "bell.wav")):

@@ -22,7 +22,7 @@ import yaml
 
 from conftest import REPO
 from harness import appliance
-from hayakoe_pi.config import ConfigError, load_config
+from hayakoe_pi.settings.config import ConfigError, load_config
 
 README = REPO / "README.md"
 DOCS = [README, *sorted((REPO / "docs").glob("*.md"))]
@@ -153,7 +153,7 @@ def test_the_payloads_of_the_documents_are_sent_with_qos_1_and_spoken(tmp_path):
 
 
 def test_the_readmes_settings_line_is_the_daemons(tmp_path):
-    from hayakoe_pi.speech import SavedSelection
+    from hayakoe_pi.speech.service import SavedSelection
 
     line = re.search(r"^INFO hayakoe_pi: settings: (.*), \.\.\.$", README.read_text(encoding="utf-8"), re.M).group(1)
     s = SavedSelection(tmp_path / "state.json", 0.7, "jvnv-F1-jp", "Neutral")

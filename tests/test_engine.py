@@ -9,12 +9,12 @@ import pytest
 from conftest import FIXTURE_MODELS, GOLDEN, REF_MODELS, needs_shared
 from harness import prepare_with_two_lanes
 from hayakoe_pi import Engine, ModelError, TextError
-from hayakoe_pi import engine as engine_module
+from hayakoe_pi.synthesis import engine as engine_module
 from hayakoe_pi.models.lanes import LANE_WINDOW_FRAMES
 from hayakoe_pi.models.split import decoder_margin
 from hayakoe_pi.models.store import ModelStore
-from hayakoe_pi.sentences import split_sentences, trailing_silence
-from hayakoe_pi.windows import FIRST_WINDOW_FRAMES, decoder_windows, paced_windows
+from hayakoe_pi.synthesis.sentences import split_sentences, trailing_silence
+from hayakoe_pi.synthesis.windows import FIRST_WINDOW_FRAMES, decoder_windows, paced_windows
 
 VOICE = "tiny-voice"
 QUIET = dict(noise=0.0, noise_w=0.0)

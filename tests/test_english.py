@@ -148,7 +148,7 @@ def test_without_kanalizer_the_same_text_is_spoken_with_one_warning(tmp_path):
 import json, logging, sys
 sys.modules["kanalizer"] = None  # import kanalizer now raises ImportError
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
-from hayakoe_pi.engine import Engine
+from hayakoe_pi.synthesis.engine import Engine
 engine = Engine({str(FIXTURE_MODELS)!r}, voice="tiny-voice")
 audio = engine.synthesize("ecobeeの室温は22度です。Front Porchの照明が点きました。")
 print(json.dumps({{"samples": int(audio.size), "norm": engine.analyze("ecobeeとFront Porch").norm}}))

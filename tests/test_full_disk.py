@@ -159,7 +159,7 @@ def test_a_full_disk_costs_the_cache_not_the_message(tmp_path):
             assert "No space left on device" in log
             assert log.count("received.json") <= 1 and log.count("speaking.json") <= 1, log[-3000:]
             wait_for(lambda: app.probe.last("pi/disk_low") == b"ON", 60, what="the disk space sensor to say low")
-            from hayakoe_pi.diskspace import LOW_FREE_MB
+            from hayakoe_pi.door.diskspace import LOW_FREE_MB
 
             assert float(app.probe.last("pi/disk_free")) < LOW_FREE_MB
 

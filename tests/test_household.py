@@ -291,7 +291,7 @@ def test_forget_removes_only_this_pis_retained_topics(house):
 
 
 def test_at_is_a_unix_time_not_far_ahead():
-    from hayakoe_pi.mqtt_api import AT_MAX_AHEAD_SECONDS, parse_at
+    from hayakoe_pi.broker.payloads import AT_MAX_AHEAD_SECONDS, parse_at
 
     now = 1_800_000_000.0
     assert parse_at(now + 2.5, now) == now + 2.5

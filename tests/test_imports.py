@@ -97,13 +97,91 @@ def test_a_circle_is_found_through_a_late_or_relative_import(tmp_path):
     assert circles(known) == [["pkg.sub.low", "pkg.top", "pkg.sub.low"]]
 
 
-def test_the_model_side_table_lists_each_module_above_those_it_imports():
-    """ARCHITECTURE.md's table of models/ is an order a reader can follow: every module
-    there, each importing only modules listed below it."""
+def architecture_tables() -> tuple[list[tuple[str, set[str]]], dict[str, list[tuple[str, set[str]]]]]:
+    """ARCHITECTURE.md's table of packages (top to bottom: each package and the packages it
+    imports), and the table of each package, under its heading "### `name/`": its modules,
+    top to bottom, each with the packages it imports."""
+    text = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8")
+
+    def rows(section: str, cell: str) -> list[tuple[str, set[str]]]:
+        return [(name, set(re.findall(r"`(\w+)/`", imports)))
+                for name, imports in re.findall(rf"^\| `({cell})` \|.*\| ([^|]*) \|$", section, re.M)]
+
+    packages = rows(re.search(r"^## Packages\n(.*?)(?=^#)", text, re.M | re.S).group(1), r"\w+/")
+    tables = {name: rows(section, r"\w+\.py")
+              for name, section in re.findall(r"^### `(\w+)/`[^\n]*\n(.*?)(?=^#)", text, re.M | re.S)}
+    return [(name.rstrip("/"), imports) for name, imports in packages], tables
+
+
+def package_of(name: str, known: dict[str, Path]) -> str | None:
+    """The package holding the module `name` (hayakoe_pi.door.daemon → door), None for one of
+    the root's modules."""
+    parts = name.split(".")
+    folder = ".".join(parts[:2])
+    return parts[1] if len(parts) > 1 and folder in known and known[folder].name == "__init__.py" else None
+
+
+def wrong_way(known: dict[str, Path], order: list[str]) -> dict[str, list[str]]:
+    """Each module's imports that run the wrong way. A package's module may import its own
+    package, the packages below it in `order` and the root's shared modules; those import no
+    package. The top package itself (its __init__.py: `__version__`, the API's `Engine`) is
+    above them all: a module may read the version from it."""
+    found = {}
+    for name, path in known.items():
+        top = name.split(".")[0]
+        if name == top:
+            continue
+        own = package_of(name, known)
+        allowed = set(order[order.index(own):]) if own else set()
+        wrong = sorted(other for other in imported(name, path, known) - {top}
+                       if package_of(other, known) not in allowed | {None})
+        if wrong:
+            found[name] = wrong
+    return found
+
+
+def test_imports_run_down_the_table_of_packages():
     known = modules(REPO / "hayakoe_pi", "hayakoe_pi")
-    table = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8").split("## The model side")[1].split("\n\n")[2]
-    order = [f"hayakoe_pi.models.{name}" for name in re.findall(r"^\| `(\w+)\.py` \|", table, re.M)]
-    assert sorted(order) == sorted(name for name in known if name.startswith("hayakoe_pi.models."))
-    above = {name: set(order[:i]) for i, name in enumerate(order)}
-    assert {name: sorted(imported(name, known[name], known) & above[name]) for name in order
-            if imported(name, known[name], known) & above[name]} == {}
+    packages, _ = architecture_tables()
+    order = [name for name, _ in packages]
+    assert sorted(order) == sorted(path.parent.name for path in (REPO / "hayakoe_pi").glob("*/__init__.py"))
+    assert wrong_way(known, order) == {}
+    # its column of imports: what the package's modules import of the other packages
+    imports = {name: {package_of(other, known) for module in known if package_of(module, known) == name
+                      for other in imported(module, known[module], known)} - {name, None}
+               for name in order}
+    assert {name: sorted(listed) for name, listed in packages} == {name: sorted(imports[name]) for name in order}
+
+
+def test_an_import_up_the_table_or_from_the_root_to_a_package_runs_the_wrong_way(tmp_path):
+    package = tmp_path / "pkg"
+    for folder in ("high", "low"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("from .high import a\n")
+    (package / "shared.py").write_text("")
+    (package / "high" / "a.py").write_text("from ..low import b\nfrom .. import shared, __version__\n")
+    (package / "low" / "b.py").write_text("def f():\n    from ..high import a\n")
+    (package / "low" / "c.py").write_text("from . import b\nfrom .. import shared\n")
+    (package / "helper.py").write_text("from .low import c\n")
+    known = modules(package, "pkg")
+    assert wrong_way(known, ["high", "low"]) == {"pkg.low.b": ["pkg.high.a"], "pkg.helper": ["pkg.low.c"]}
+    assert wrong_way(known, ["low", "high"]) == {"pkg.high.a": ["pkg.low.b"], "pkg.helper": ["pkg.low.c"]}
+
+
+def test_each_package_table_lists_its_modules_each_above_those_it_imports():
+    """ARCHITECTURE.md's table of each package is an order a reader can follow: every module
+    there, each importing only modules of its package listed below it, and naming the
+    other packages it imports."""
+    known = modules(REPO / "hayakoe_pi", "hayakoe_pi")
+    packages, tables = architecture_tables()
+    assert sorted(tables) == sorted(name for name, _ in packages)
+    for package, rows in tables.items():
+        order = [f"hayakoe_pi.{package}.{name.removesuffix('.py')}" for name, _ in rows]
+        assert sorted(order) == sorted(name for name in known if name.startswith(f"hayakoe_pi.{package}.")), package
+        above = {name: set(order[:i]) for i, name in enumerate(order)}
+        assert {name: sorted(imported(name, known[name], known) & above[name]) for name in order
+                if imported(name, known[name], known) & above[name]} == {}, package
+        listed = {name: sorted(packages_named) for name, (_, packages_named) in zip(order, rows)}
+        assert listed == {name: sorted({package_of(other, known) for other in imported(name, known[name], known)}
+                                       - {package, None}) for name in order}, package

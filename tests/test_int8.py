@@ -19,9 +19,9 @@ import pytest
 
 from conftest import FIXTURE_MODELS, REPO
 from harness import wait_for
-from hayakoe_pi.cache import voice_fingerprint
-from hayakoe_pi.config import ConfigError, load_config
-from hayakoe_pi.engine import Engine
+from hayakoe_pi.speech.cache import voice_fingerprint
+from hayakoe_pi.settings.config import ConfigError, load_config
+from hayakoe_pi.synthesis.engine import Engine
 from hayakoe_pi.models import gate
 from hayakoe_pi.models import prepare as prep
 from hayakoe_pi.models.prepare import synthesizer_path
@@ -156,7 +156,7 @@ def test_the_upsamplers_in_8_bits_run_as_8_bit_convolutions_but_stay_fp32_by_def
     from hayakoe_pi.models.quantize import CALIBRATION_FRAMES, LATENTS_NAME, _windows, quantize_decoder, read_latents
 
     where = ["--models", str(FIXTURE_MODELS), "--derived", str(tmp_path)]
-    steps = (["hayakoe_pi.models.make", "--voice", VOICE, "--keep-weights"], ["hayakoe_pi.calibrate", "--voice", VOICE])
+    steps = (["hayakoe_pi.models.make", "--voice", VOICE, "--keep-weights"], ["hayakoe_pi.synthesis.calibrate", "--voice", VOICE])
     for step in steps:  # what prepare runs before the 8-bit decoder, leaving its latents
         subprocess.run([sys.executable, "-m", *step, *where], check=True, capture_output=True, cwd=REPO)
     folder = _folder(FIXTURE_MODELS, tmp_path)
@@ -236,7 +236,7 @@ def test_a_killed_8_bit_preparation_leaves_nothing_a_later_start_trusts(tmp_path
     run = lambda *args: subprocess.run([sys.executable, "-m", *args, *where], check=True,  # noqa: E731
                                        capture_output=True, cwd=REPO)
     run("hayakoe_pi.models.make", "--voice", VOICE, "--keep-weights")
-    run("hayakoe_pi.calibrate", "--voice", VOICE)
+    run("hayakoe_pi.synthesis.calibrate", "--voice", VOICE)
     folder = _folder(models, derived)
     child = subprocess.Popen([sys.executable, "-m", "hayakoe_pi.models.make", "--int8", VOICE, *where], cwd=REPO,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -2,9 +2,9 @@
 
 from types import SimpleNamespace
 
-from hayakoe_pi.config import MqttConfig
-from hayakoe_pi.mqtt import BrokerLink
-from hayakoe_pi.topics import Topics
+from hayakoe_pi.settings.config import MqttConfig
+from hayakoe_pi.broker.link import BrokerLink
+from hayakoe_pi.broker.topics import Topics
 
 
 class FakeIntake:

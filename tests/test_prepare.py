@@ -16,7 +16,7 @@ import pytest
 
 from conftest import FIXTURE_MODELS, REPO
 from harness import cpu_cgroup_available, cpu_limited, memory_cgroup_available, run_with_memory_limit
-from hayakoe_pi.engine import Engine
+from hayakoe_pi.synthesis.engine import Engine
 from hayakoe_pi.models import make, tune
 from hayakoe_pi.models import prepare as prep
 from hayakoe_pi.models.cpu import cpu_key
@@ -107,7 +107,7 @@ def test_preparation_fits_a_memory_limit_and_says_so_when_it_does_not(tmp_path):
     assert not prep.missing(FIXTURE_MODELS, tmp_path / "fits" / "hayakoe-pi" / "models", VOICE)
     # room for the parent (the CLI with what it imports), not for a step: the child is killed,
     # the parent lives and says why
-    _, parent = run_with_memory_limit([sys.executable, "-c", "import hayakoe_pi.cli, hayakoe_pi.models.prepare"],
+    _, parent = run_with_memory_limit([sys.executable, "-c", "import hayakoe_pi.cli.main, hayakoe_pi.models.prepare"],
                                       400, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     limit = int(parent + min(steps.values()) / 2)
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "too-small")}

@@ -66,7 +66,7 @@ def test_check_lists_the_steps_done_and_to_do_and_a_start_goes_on_from_there(tmp
     # a start stopped after the latents, as TimeoutStartSec or a power cut would stop it
     _child("hayakoe_pi.models.make", "--bert", derived=derived)
     _child("hayakoe_pi.models.make", "--voice", VOICE, "--keep-weights", derived=derived)
-    _child("hayakoe_pi.calibrate", "--voice", VOICE, derived=derived)
+    _child("hayakoe_pi.synthesis.calibrate", "--voice", VOICE, derived=derived)
     config = tmp_path / "config.yaml"
     config.write_text(f"models: {{dir: {FIXTURE_MODELS}}}\nvoice: {{name: {VOICE}}}\n"
                       f"cache: {{dir: {derived.parent}}}\nengine: {{decoder: auto}}\nmqtt: {{port: 1}}\n")

@@ -15,8 +15,8 @@ import time
 
 from conftest import REPO
 from harness import Mosquitto, Probe, running_daemon, wait_for, write_config
-from hayakoe_pi.announcements import AnnouncementSettings, QuietHours
-from hayakoe_pi.speech import SavedSelection
+from hayakoe_pi.settings.announcements import AnnouncementSettings, QuietHours
+from hayakoe_pi.speech.service import SavedSelection
 
 
 def selection(path, volume=0.7, voice="tiny-voice", style="Neutral", **kw):

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURE_MODELS
-from hayakoe_pi.cache import PhraseCache
-from hayakoe_pi.engine import SPEED_RANGE
+from hayakoe_pi.speech.cache import PhraseCache
+from hayakoe_pi.synthesis.engine import SPEED_RANGE
 from hayakoe_pi.models.store import ModelStore
-from hayakoe_pi.mqtt_api import PayloadError, parse_say, parse_volume
-from hayakoe_pi.sentences import PAUSE_AFTER
-from hayakoe_pi.speech import SavedSelection, SpeechError, SpeechService, first_style
+from hayakoe_pi.broker.payloads import PayloadError, parse_say, parse_volume
+from hayakoe_pi.synthesis.sentences import PAUSE_AFTER
+from hayakoe_pi.speech.service import SavedSelection, SpeechError, SpeechService, first_style
 
 LIMIT = 50
 
@@ -211,7 +211,7 @@ def test_changing_the_words_never_holds_up_speech(store, tmp_path, monkeypatch):
     waits for the engine, between two of its steps."""
     import threading
 
-    import hayakoe_pi.speech as speech_module
+    import hayakoe_pi.speech.service as speech_module
     from hayakoe_pi.text.dictionary import UserDictionary, activate
 
     service = make_service(store, tmp_path, dictionary=UserDictionary(tmp_path / "words.yaml"),

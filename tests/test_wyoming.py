@@ -25,8 +25,8 @@ from wyoming.tts import (Synthesize, SynthesizeChunk, SynthesizeStart, Synthesiz
 
 from conftest import FIXTURE_MODELS
 from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, wait_for, write_config
-from hayakoe_pi.config import Config, DeviceConfig, WyomingConfig, load_config, voice_styles
-from hayakoe_pi.audio import to_pcm16
+from hayakoe_pi.settings.config import Config, DeviceConfig, WyomingConfig, load_config, voice_styles
+from hayakoe_pi.sound.player import to_pcm16
 from hayakoe_pi.wyoming import SERVICE_TYPE, instance_name, read_event, ready_text, service_info
 
 VOICES = ["tiny-voice", "tiny-voice-nodur"]
@@ -294,9 +294,9 @@ def test_idle_clients_are_dropped_and_too_many_refused(monkeypatch):
 @pytest.mark.prepares_models  # its own derived folder
 def test_the_server_in_process_answers_with_the_speech_services_audio(tmp_path):
     """No daemon: the server needs only a speech service."""
-    from hayakoe_pi.cache import PhraseCache
+    from hayakoe_pi.speech.cache import PhraseCache
     from hayakoe_pi.models.store import ModelStore
-    from hayakoe_pi.speech import SavedSelection, SpeechService
+    from hayakoe_pi.speech.service import SavedSelection, SpeechService
     from hayakoe_pi.wyoming import WyomingServer
 
     store = ModelStore(FIXTURE_MODELS, derived_dir=tmp_path / "derived")

@@ -75,7 +75,7 @@ def run(models: Path, out: Path, child_python: str | None) -> None:
         input="\n".join(SENTENCES) + "\n", capture_output=True, text=True, check=True)
     (out / "frontend.jsonl").write_text(frontend.stdout, encoding="utf-8")
 
-    from hayakoe_pi.engine import Engine
+    from hayakoe_pi.synthesis.engine import Engine
     from hayakoe_pi.models.folders import model_folder
     from hayakoe_pi.models.prepare import prepare
     from hayakoe_pi.models.store import ModelStore

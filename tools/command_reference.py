@@ -1,5 +1,5 @@
 """Write docs/commands.md, the command reference, from the definitions themselves: every
-hayakoe-pi command and flag from hayakoe_pi/cli_args.py's parser, and install.sh's options from
+hayakoe-pi command and flag from hayakoe_pi/cli/args.py's parser, and install.sh's options from
 its --help. tests/test_docs.py fails when docs/commands.md is not what this prints.
 
     python tools/command_reference.py > docs/commands.md
@@ -15,12 +15,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from hayakoe_pi.cli_args import build_parser  # noqa: E402
+from hayakoe_pi.cli.args import build_parser  # noqa: E402
 
 HEADER = """# Command reference
 
 Every `hayakoe-pi` command and flag, and every option of `install.sh`. This file is made from
-their definitions (`hayakoe_pi/cli_args.py`, `install.sh --help`) by
+their definitions (`hayakoe_pi/cli/args.py`, `install.sh --help`) by
 `python tools/command_reference.py > docs/commands.md`, and `tests/test_docs.py` fails when it
 differs from them. `--config FILE` goes before or after the command's name, for every command;
 without it a command reads the file `$HAYAKOE_PI_CONFIG` names, else

@@ -145,7 +145,7 @@ def config_blocks(text: str) -> list[dict]:
     """The ```yaml blocks that are config.yaml snippets (a mapping of config sections)."""
     import yaml
 
-    from hayakoe_pi.config import defaults
+    from hayakoe_pi.settings.config import defaults
 
     sections = set(defaults())
     found = []

@@ -17,7 +17,7 @@ finished files, memory-mapped.
     python -m hayakoe_pi.models.make --models DIR --derived DIR (--bert | --voice NAME)
 
 (make.py); for an 8-bit decoder `--voice NAME --keep-weights`, then
-`python -m hayakoe_pi.calibrate`, then `make --int8 NAME`. A new CPU or ONNX
+`python -m hayakoe_pi.synthesis.calibrate`, then `make --int8 NAME`. A new CPU or ONNX
 Runtime makes new optimized copies and timings (cpu.cpu_key). Each child is a `Stage`,
 told to `progress` when it starts and ends (the daemon's journal), and listed done or
 not by `stages` (`hayakoe-pi check`).
@@ -196,7 +196,7 @@ def _make(models_dir: Path, derived: Path, what: str, decoder: str, progress: Pr
     peaks, record = [made["peak_mb"]], None
     if int8 and _int8_missing(models_dir, derived, what):
         if not _latents_made(models_dir, derived, what):
-            peaks.append(run(plan[1], "hayakoe_pi.calibrate", "--voice", what)["peak_mb"])
+            peaks.append(run(plan[1], "hayakoe_pi.synthesis.calibrate", "--voice", what)["peak_mb"])
         made_int8 = run(plan[2], MAKE, "--int8", what)
         peaks.append(made_int8["peak_mb"])
         record = made_int8["tuning"]

@@ -7,7 +7,7 @@ import logging
 import socket
 
 from .. import __version__
-from ..config import Identity
+from ..settings.config import Identity
 
 log = logging.getLogger("hayakoe_pi.wyoming")
 

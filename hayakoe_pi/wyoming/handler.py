@@ -29,10 +29,10 @@ from wyoming.info import Describe
 from wyoming.ping import Ping, Pong
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
-from ..audio import to_pcm16
-from ..engine import TextError
-from ..sentences import SENTENCE_ENDS, split_sentences
-from ..speech import Choice, SpeechError, SpeechService
+from ..sound.player import to_pcm16
+from ..synthesis.engine import TextError
+from ..synthesis.sentences import SENTENCE_ENDS, split_sentences
+from ..speech.service import Choice, SpeechError, SpeechService
 from .announce import LANGUAGES
 from .connection import Connection
 from .events import RequestError

@@ -12,8 +12,8 @@ from wyoming.info import Attribution, Info, TtsProgram, TtsVoice, TtsVoiceSpeake
 from wyoming.server import AsyncTcpServer
 
 from .. import __version__
-from ..config import Config, Identity, WyomingConfig
-from ..speech import SpeechService
+from ..settings.config import Config, Identity, WyomingConfig
+from ..speech.service import SpeechService
 from .announce import LANGUAGES, PROGRAM, announce, device_instance_name
 from .handler import Handler
 from .limits import Connections
