@@ -7,6 +7,7 @@ import json
 import shutil
 import string
 import time
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -224,45 +225,46 @@ def test_switching_to_a_broken_voice_keeps_the_previous(tmp_path, damaged_models
 
 # --- 6. lifecycle: the watchdog -----------------------------------------------------------------
 
-def test_a_wedged_worker_stops_the_watchdog_pings(tmp_path):
+@contextmanager
+def watched(tmp_path, stuck_seconds: float):
+    """The appliance under a stand-in for systemd's watchdog (a ping due every 0.5 s), ready."""
     notify = NotifySocket(tmp_path / "notify.sock")
-    env = {"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "1000000"}  # ping every 0.5 s
+    env = {"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "1000000"}
     try:
-        with appliance(tmp_path, env=env, watchdog={"stuck_seconds": 2}) as app:
+        with appliance(tmp_path, env=env, watchdog={"stuck_seconds": stuck_seconds}) as app:
             wait_for(lambda: notify.since(0, "READY=1"), 10, what="READY=1")
-            t = time.monotonic()
-            wait_for(lambda: notify.since(t, "WATCHDOG=1") >= 2, 5, what="pings while idle")  # healthy
-            app.probe.publish("say", {"text": "冷蔵庫のドアが開いています。" * 3, "id": "w"})
-            app.probe.next_event(event="started", id="w")
-            app.sink.pause()  # the sound card stops taking samples: the worker blocks in a write
-            # stuck for 2 s (stuck_seconds): the pings stop within 4 s of the pause
-            # (2 s without one is 4 missed), and systemd would now restart the service
-            wait_for(lambda: notify.quiet_for("WATCHDOG=1") >= 2.0, 6, what="the pings to stop")
-            assert app.probe.last("state") == b"speaking"  # still stuck in the utterance
-            app.sink.resume()
-            app.probe.next_event(event="finished", id="w", timeout=60)
-            t = time.monotonic()
-            wait_for(lambda: notify.since(t, "WATCHDOG=1") >= 2, 5, what="pings again")
+            yield app, notify
     finally:
         notify.close()
+
+
+def test_a_wedged_worker_stops_the_watchdog_pings(tmp_path):
+    with watched(tmp_path, stuck_seconds=2) as (app, notify):
+        t = time.monotonic()
+        wait_for(lambda: notify.since(t, "WATCHDOG=1") >= 2, 5, what="pings while idle")  # healthy
+        app.probe.publish("say", {"text": "冷蔵庫のドアが開いています。" * 3, "id": "w"})
+        app.probe.next_event(event="started", id="w")
+        app.sink.pause()  # the sound card stops taking samples: the worker blocks in a write
+        # stuck for 2 s (stuck_seconds): the pings stop within 4 s of the pause
+        # (2 s without one is 4 missed), and systemd would now restart the service
+        wait_for(lambda: notify.quiet_for("WATCHDOG=1") >= 2.0, 6, what="the pings to stop")
+        assert app.probe.last("state") == b"speaking"  # still stuck in the utterance
+        app.sink.resume()
+        app.probe.next_event(event="finished", id="w", timeout=60)
+        t = time.monotonic()
+        wait_for(lambda: notify.since(t, "WATCHDOG=1") >= 2, 5, what="pings again")
     assert any(f == "STOPPING=1" for _, f in notify.received)
 
 
 def test_a_voice_prepared_on_first_use_keeps_the_watchdog_fed(tmp_path):
     """A say in a voice not prepared yet keeps the worker in prepare's child for minutes on a
     Pi (the 8-bit decoder longer): that is work, not a wedge; systemd must not restart it."""
-    notify = NotifySocket(tmp_path / "notify.sock")
-    env = {"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "1000000"}  # ping every 0.5 s
-    try:
-        with appliance(tmp_path, env=env, watchdog={"stuck_seconds": 1}) as app:
-            wait_for(lambda: notify.since(0, "READY=1"), 10, what="READY=1")
-            t = time.monotonic()
-            app.probe.publish("say", {"text": "はじめての声です。", "voice": "tiny-voice-nodur", "id": "v"})
-            app.probe.next_event(event="finished", id="v", timeout=120)
-            pings = [when for when, f in notify.received if f == "WATCHDOG=1" and when >= t]
-            log = app.daemon.output()
-    finally:
-        notify.close()
+    with watched(tmp_path, stuck_seconds=1) as (app, notify):
+        t = time.monotonic()
+        app.probe.publish("say", {"text": "はじめての声です。", "voice": "tiny-voice-nodur", "id": "v"})
+        app.probe.next_event(event="finished", id="v", timeout=120)
+        pings = [when for when, f in notify.received if f == "WATCHDOG=1" and when >= t]
+        log = app.daemon.output()
     took = [float(line.rsplit(" in ", 1)[1].removesuffix(" s")) for line in log.splitlines()
             if "prepared voice tiny-voice-nodur" in line]
     assert took and took[0] > 2.0, log  # longer than stuck_seconds: a silent watchdog would show
