@@ -311,7 +311,7 @@ def test_a_new_config_on_a_pi_takes_the_8_bit_decoder_and_prepares_it(tmp_path):
 def venv_version(root: Path, package: str) -> str | None:
     p = subprocess.run([str(root / "opt/hayakoe-pi/venv/bin/python"), "-c",
                         f"from importlib.metadata import version; print(version({package!r}))"],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60, cwd=root)  # not a checkout's *.egg-info
     return p.stdout.strip() if p.returncode == 0 else None
 
 
