@@ -1,4 +1,4 @@
-"""Which setting wins, the config or a change made over MQTT (settings.py): one rule, said in the
+"""Which setting wins, the config or a change made over MQTT (settings/runtime.py): one rule, said in the
 log at start and by `check`.
 
 Before: state.json kept volume, voice and style whatever had changed, and silently overrode

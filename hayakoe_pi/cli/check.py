@@ -78,7 +78,7 @@ def check(args: argparse.Namespace) -> int:
 
 def settings_in_effect(config: Config, config_file: str | None) -> list[str]:
     """Each setting Home Assistant can change, as the daemon would start with it, and where it
-    comes from (settings.py's rule); the state files are read, never written."""
+    comes from (runtime.py's rule); the state files are read, never written."""
     from ..settings.announcements import AnnouncementSettings
     from ..settings.config import voice_styles
     from ..models.voices import installed_voices

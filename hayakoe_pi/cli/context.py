@@ -14,7 +14,7 @@ from ..settings.config import Config, load_config
 
 
 def command_config(args: argparse.Namespace) -> Config:
-    """The command's config (cli_args.config_path), read and checked; logging set to its level."""
+    """The command's config (args.config_path), read and checked; logging set to its level."""
     config = load_config(config_path(args))
     logging.basicConfig(level=config.log.level.upper(),
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)

@@ -1,7 +1,7 @@
 """Command line: `hayakoe-pi run|check|say|dict|devices|forget|prepare|frontend|synth ...`.
 
-The arguments are cli_args.py's; the config and whose files a command works on, cli_context.py's;
-`check` is cli_check.py's.
+The arguments are args.py's; the config and whose files a command works on, context.py's;
+`check` is check.py's.
 """
 
 from __future__ import annotations

@@ -130,21 +130,27 @@ def missing(models_dir: Path, derived: Path, what: str, decoder: str = "fp32") -
         decoder != "fp32" and what != "bert" and _int8_missing(models_dir, derived, what))
 
 
-def _int8_missing(models_dir: Path, derived: Path, voice: str) -> bool:
+def _split_folder(models_dir: Path, derived: Path, voice: str) -> Path | None:
+    """The voice's split folder, None while it is not split (or kept whole)."""
     parts = cached_split(synthesizer_path(models_dir, voice), derived)
-    return parts is not None and read_int8(parts.folder) is None  # a voice kept whole has none
+    return parts.folder if parts is not None else None
+
+
+def _int8_missing(models_dir: Path, derived: Path, voice: str) -> bool:
+    folder = _split_folder(models_dir, derived, voice)
+    return folder is not None and read_int8(folder) is None  # a voice kept whole has none
 
 
 def _latents_made(models_dir: Path, derived: Path, voice: str) -> bool:
     """calibrate.py's latents, saved durably: a start killed after them does not make them again."""
-    parts = cached_split(synthesizer_path(models_dir, voice), derived)
-    return parts is not None and (parts.folder / LATENTS_NAME).is_file()
+    folder = _split_folder(models_dir, derived, voice)
+    return folder is not None and (folder / LATENTS_NAME).is_file()
 
 
 def _weights_kept(models_dir: Path, derived: Path, voice: str) -> bool:
     """The split's weights kept for the 8-bit decoder to be made from (make.py --keep-weights)."""
-    parts = cached_split(synthesizer_path(models_dir, voice), derived)
-    return parts is not None and has_weights(parts.folder)
+    folder = _split_folder(models_dir, derived, voice)
+    return folder is not None and has_weights(folder)
 
 
 def _fp32_missing(models_dir: Path, derived: Path, what: str) -> bool:

@@ -1,7 +1,7 @@
 """How an announcement sounds on this Pi: its chime, and quiet hours at night.
 
 Both are per-Pi settings Home Assistant changes (a select and a switch, like the
-volume): the changes kept in announcements.json beside the state file (settings.py's
+volume): the changes kept in announcements.json beside the state file (runtime.py's
 rule), shown retained under hayakoe/<device.id>/chime and /quiet_hours.
 """
 
@@ -71,7 +71,7 @@ def playing_volume(volume: float, quiet: QuietHours | None, alert: bool,
 
 class AnnouncementSettings:
     """The chime chosen (off / default / file) and quiet hours on or off: the config's, or as
-    Home Assistant changed them (kept by settings.py's rule: a changed config wins)."""
+    Home Assistant changed them (kept by runtime.py's rule: a changed config wins)."""
 
     NAMES = ("chime", "quiet_hours")
 

@@ -85,7 +85,7 @@ def _usable(name: str, value) -> bool:
 class SavedSelection:
     """Voice, style and volume in effect: the config's, or as changed over MQTT.
 
-    Which wins is settings.py's rule: the state file keeps only the changes made at run time,
+    Which wins is runtime.py's rule: the state file keeps only the changes made at run time,
     each with the config value it was made against, and a changed config wins. Written whole
     or not at all (temporary file, fsync, rename): a power cut leaves the old file or the new
     one. One that cannot be read, or a value that cannot be used, is reported and dropped.
