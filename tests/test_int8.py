@@ -187,6 +187,24 @@ def test_a_decoder_made_far_on_purpose_keeps_stages_fp32_from_the_output_end_unt
     assert [s["stage"] for s in record["stages"] if s["fp32"]][-len(tried[-1]["fp32_stages"]):] == record["fp32_stages"]
     assert record["mel_db"]["worst"] <= gate.MAX_MEL_DB and record["snr_db"]["worst"] >= gate.MIN_SNR_DB
     assert "FP32 kept in stage" in record["reason"]
+    line = prep.describe_int8(record)  # what check and the journal say: the stages and each tried
+    assert "stages tried on the calibration sentences: none FP32: too far" in line and "passed" in line, line
+
+
+def test_the_ranges_cut_the_same_tails_as_a_sort_of_every_value_window_by_window():
+    from hayakoe_pi.models.ranges import _Tails
+
+    rng = np.random.default_rng(4)
+    windows = [rng.standard_t(2, size=(1, 8, n)).astype(np.float32) for n in (300, 300, 120, 300)]
+    windows[2][0, 3, 7] = 1e4  # a far value late: the tails kept must still hold it
+    every = np.sort(np.concatenate([w.ravel() for w in windows]))
+    for percentile in (99.99, 99.9, 100.0):
+        tails = _Tails(int(every.size * (100 - percentile) / 200 * 1.25) + 2)
+        for w in windows:
+            tails.add(w)
+        cut = int(np.floor(every.size * (100 - percentile) / 200))
+        assert tails.bounds(percentile) == (every[cut], every[every.size - 1 - cut])
+    assert tails.bounds(100.0) == (every[0], every[-1]) == (every[0], 1e4)
 
 
 @pytest.mark.prepares_models

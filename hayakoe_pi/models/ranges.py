@@ -48,8 +48,9 @@ class _Tails:
     def add(self, values: np.ndarray) -> None:
         values = values.reshape(-1)
         self.count += values.size
-        low = np.concatenate([self.low, values])
-        high = np.concatenate([self.high, values])
+        full = self.low.size == self.keep  # then only values past the tails kept can enter them
+        low = np.concatenate([self.low, values[values < self.low.max()] if full else values])
+        high = np.concatenate([self.high, values[values > self.high.min()] if full else values])
         if low.size > self.keep:
             low = np.partition(low, self.keep - 1)[:self.keep]
             high = np.partition(high, high.size - self.keep)[-self.keep:]
