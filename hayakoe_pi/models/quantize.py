@@ -3,8 +3,9 @@ the voice and wins time on this CPU (gate.py). Its record, int8.<cpu key>.json, 
 written last: a preparation killed before it leaves nothing a later start trusts.
 
 Static QDQ quantization: the convolutions' weights 8-bit signed per output
-channel, their inputs 8-bit unsigned with ranges measured on the voice's own
-latents (calibrate.py); the transposed convolutions (ONNX Runtime has no 8-bit one on
+channel, their inputs 8-bit unsigned with ranges measured once on the voice's own
+latents (calibrate.py, ranges.py); the stages nearest the output kept FP32 as far as
+the sound needs (precision.py, `choose_int8`); the transposed convolutions (ONNX Runtime has no 8-bit one on
 the CPU) and the decoder's two ends stay FP32 (`kept_in_fp32`), and so do the
 element-wise ops between (leaky ReLU, the residual sums): in 8 bits each of these rounds
 the residual stream itself, and took 10-15 dB of SNR (bench/README.md, issue 49). The
