@@ -8,7 +8,8 @@ import time
 
 import pytest
 from wyoming.client import AsyncTcpClient
-from wyoming.event import read_event, write_event
+from wyoming.event import Event, read_event, write_event
+from wyoming.info import Describe
 from wyoming.ping import Ping
 from wyoming.tts import Synthesize
 
@@ -118,6 +119,84 @@ def test_at_most_max_syntheses_run_at_once_and_the_rest_wait_in_order():
             s.synthesizing = False
         await asyncio.sleep(0.1)
         assert not any(t.held for t in turns) and not connections.turns.locked()
+
+    asyncio.run(scenario())
+
+
+class Held:
+    """What the limits know of a connection: its address, its last request, whether it is answering one."""
+
+    def __init__(self, host, idle=0.0, answering=False):
+        self.host, self.peer = host, f"{host}:1"
+        self.last_request = time.monotonic() - idle
+        self._answering, self.evicted = answering, None
+
+    def answering(self):
+        return self._answering
+
+    def evict(self, reason):
+        self.evicted = reason
+
+
+def test_a_newcomer_takes_the_slot_of_the_most_holding_address_and_it_cannot_take_one_back(monkeypatch):
+    """All slots held: an address holding none takes one from the address holding the most (the
+    connection longest without a request; one answering a request last); that address, or one
+    holding a slot, takes none, and may not for TAKEN_FROM_WAITS_S."""
+    import hayakoe_pi.wyoming.limits as limits
+
+    connections = limits.Connections()
+    answering = Held("a", idle=50, answering=True)
+    idlest = Held("a", idle=40)
+    others = [answering, idlest, Held("a", idle=1), Held("a", idle=2)] + [
+        Held(h, idle=60) for h in ("b", "b", "b", "c", "c", "c", "d", "d", "d", "e", "e", "e")]
+    assert all(connections.admit(c) is None for c in others) and connections.count == 16
+    assert connections.admit(Held("b")).startswith("busy: 16 clients")  # b holds some
+    assert connections.admit(home := Held("home")) is None
+    assert idlest.evicted.startswith("busy: closed to make room") and connections.count == 16
+    assert connections.peers["a"] == 3 and connections.peers["home"] == 1
+    connections.leave(idlest)  # its handler ends: the slot was given already
+    assert connections.count == 16
+    for c in others[:4]:  # a's others close: a holds none
+        connections.leave(c)
+    for n in range(3):
+        assert connections.admit(Held(f"fill{n}")) is None
+    assert connections.count == 16 and not connections.peers["a"]
+    assert connections.admit(Held("a")).startswith("busy: 16 clients")  # lost one lately
+    monkeypatch.setattr(limits.time, "monotonic", lambda now=time.monotonic(): now + limits.TAKEN_FROM_WAITS_S + 1)
+    assert connections.admit(Held("a")) is None  # it waited: a newcomer again
+    # the last choice of all is a connection answering a request
+    only_answering = limits.Connections()
+    busy = [Held(f"h{n}", answering=True, idle=n) for n in range(16)]
+    assert all(only_answering.admit(c) is None for c in busy)
+    assert only_answering.admit(Held("home")) is None and busy[15].evicted  # the longest answered
+
+
+def test_a_host_holding_many_connections_does_not_queue_ahead_of_another():
+    """Turns at synthesis, when all are taken, go first to the addresses holding the fewest connections."""
+    import asyncio
+
+    from hayakoe_pi.wyoming.limits import Connections
+
+    async def scenario():
+        connections = Connections(max_syntheses=1)
+        for c in [Held("busy-host") for _ in range(4)] + [Held("home")]:
+            assert connections.admit(c) is None
+        first = await connections.synthesis_turn("busy-host")
+        order = []
+
+        async def request(host, n):
+            turn = await connections.synthesis_turn(host)
+            order.append(n)
+            turn.give_back()
+
+        tasks = [asyncio.create_task(request("busy-host", n)) for n in range(3)]
+        await asyncio.sleep(0.05)
+        tasks.append(asyncio.create_task(request("home", 3)))
+        await asyncio.sleep(0.05)
+        first.give_back()
+        await asyncio.gather(*tasks)
+        assert order == [3, 0, 1, 2]
+        assert not connections.turns.locked()
 
     asyncio.run(scenario())
 
@@ -266,7 +345,7 @@ def test_pings_do_not_keep_an_idle_connection_open(strict_app):
             assert time.monotonic() - started < 20, "pinging every second kept the connection open for 20 s"
             time.sleep(1)
         assert time.monotonic() - started < 3 + 5
-    assert strict_app.daemon.output().count(f"{peer} sent no request for 3 s (pings do not count)") == 1
+    assert strict_app.daemon.output().count(f"{peer} sent no request for 3 s (pings and unknown events do not count)") == 1
 
 
 def test_a_fifth_connection_from_one_address_is_refused_another_address_is_served(strict_app):
@@ -287,3 +366,138 @@ def test_a_fifth_connection_from_one_address_is_refused_another_address_is_serve
     finally:
         for s in four:
             s.close()
+
+
+# --- hosts that hold every slot: unknown events, requests that keep a connection, newcomers --------
+
+class Holder(threading.Thread):
+    """A connection from `address` that sends `event` every `every` seconds, reads what comes back,
+    and connects again at once whenever the server closes it (the issue's four hosts)."""
+
+    def __init__(self, port: int, address: str, event, every: float):
+        super().__init__(daemon=True)
+        self.port, self.address, self.event, self.every = port, address, event, every
+        self.closes = 0  # times the server closed the connection (or refused it)
+        self.replies: list[str] = []  # the type (and code) of each event the server sent
+        self._stop = threading.Event()
+        self.sock = connect_from(address, port)
+        self.start()
+
+    def run(self):
+        while not self._stop.is_set():
+            try:
+                ask(self.sock, self.event)
+                while not self._stop.is_set():  # one reply per event; an error may come alone
+                    reply = next_event(self.sock, self.every)
+                    if reply is None:
+                        raise ConnectionResetError
+                    self.replies.append(reply.type if reply.type != "error" else f"error {reply.data.get('code')}")
+                    if reply.type == "error" and reply.data.get("code") == "busy":
+                        raise ConnectionResetError
+                    break
+                self._stop.wait(self.every)
+            except OSError:  # closed: a persistent client is back at once
+                if self._stop.is_set():
+                    return
+                self.closes += 1
+                self.sock.close()
+                try:
+                    self.sock = connect_from(self.address, self.port)
+                except OSError:
+                    self._stop.wait(0.1)
+
+    def close(self):
+        self._stop.set()
+        self.sock.close()
+
+
+def synthesis_answered_within(port: int, address: str, seconds: float) -> str:
+    """Ask for a short text from `address`: 'audio-stop' if the whole answer comes within `seconds`,
+    else what came instead."""
+    deadline = time.monotonic() + seconds
+    with connect_from(address, port) as s:
+        ask(s, Synthesize(text="お風呂が沸きました。").event())
+        while True:
+            try:
+                event = next_event(s, max(0.1, deadline - time.monotonic()))
+            except TimeoutError:
+                return f"nothing more within {seconds:g} s"
+            if event is None:
+                return "closed"
+            if event.type == "error":
+                return f"error: {event.data}"
+            if event.type == "audio-stop":
+                return "audio-stop" if time.monotonic() < deadline else "audio-stop too late"
+
+
+@pytest.fixture(scope="module")
+def held_app(tmp_path_factory):
+    """The defaults but a shorter idle time (20 s, still longer than each test's holding)."""
+    port = free_port()
+    wyoming = {"enabled": True, "host": "127.0.0.1", "port": port, "zeroconf": False, "idle_timeout_s": 20}
+    with appliance(tmp_path_factory.mktemp("held"), wyoming=wyoming) as app:
+        app.wyoming_port = port
+        wait_for(lambda: "wyoming: serving on" in app.daemon.output(), 30, what="the Wyoming server")
+        yield app
+
+
+@pytest.mark.parametrize("kind, first", [("unknown", 2), ("describe", 12)])
+def test_four_hosts_holding_every_slot_do_not_keep_a_fifth_out(held_app, kind, first):
+    """The issue's case: 16 connections from four addresses, each sending an unknown event type
+    (or, the same with a request that does work: describe) every second and connecting again at
+    once when closed. A fifth address (Home Assistant) gets its synthesis answered within 15 s."""
+    port = held_app.wyoming_port
+    event = Event(type="transcribe", data={}) if kind == "unknown" else Describe().event()
+    addresses = [f"127.0.0.{first + n}" for n in range(4)]
+    holders = [Holder(port, address, event, every=1) for address in addresses for _ in range(4)]
+    try:
+        wait_for(lambda: all(len(h.replies) >= 2 for h in holders), 30, what="the 16 holders to be answered")
+        assert synthesis_answered_within(port, f"127.0.0.{first + 4}", 15) == "audio-stop"
+        if kind == "describe":  # they keep their connections: the fifth took the place of one
+            log = held_app.daemon.output()
+            assert f"closed to make room for 127.0.0.{first + 4}: all 16 held" in log, log[-3000:]
+            # the four hold some still: none takes a slot back from the others
+            assert not any(f"make room for {address}:" in log for address in addresses)
+    finally:
+        for h in holders:
+            h.close()
+
+
+def test_unknown_events_do_not_keep_a_connection_open(strict_app):
+    """A client that sends only unknown event types (one a second) is closed idle_timeout_s (3 s)
+    after it connected: each is answered with an error, none counts as a request."""
+    port = strict_app.wyoming_port
+    with connect_from("127.0.0.7", port) as s:
+        peer = "%s:%d" % s.getsockname()
+        started = time.monotonic()
+        errors = 0
+        while True:
+            try:
+                ask(s, Event(type="transcribe", data={}))
+                reply = next_event(s, 5)
+            except ConnectionError:
+                break
+            if reply is None:
+                break
+            assert reply.type == "error" and reply.data["code"] == "unknown-event", reply
+            errors += 1
+            assert time.monotonic() - started < 20, "unknown events every second kept the connection open"
+            time.sleep(1)
+        assert time.monotonic() - started < 3 + 5 and errors >= 2
+    assert strict_app.daemon.output().count(f"{peer} sent no request for 3 s") == 1
+
+
+def test_a_burst_of_unknown_events_is_answered_a_few_times_then_closed(strict_app):
+    """Unknown events are not answered forever: after a few the connection closes, with the reason."""
+    port = strict_app.wyoming_port
+    with connect_from("127.0.0.8", port) as s:
+        with s.makefile("wb") as out:
+            for _ in range(30):
+                write_event(Event(type="transcribe", data={}), out)
+        codes = []
+        try:
+            while (reply := next_event(s, 5)) is not None:
+                codes.append(reply.data.get("code"))
+        except TimeoutError:
+            codes.append("still open")
+    assert codes[-1] == "too-many-unknown" and set(codes[:-1]) == {"unknown-event"} and len(codes) <= 11, codes

@@ -10,14 +10,14 @@ to the client as 16-bit mono PCM.
     synthesize-start, synthesize-chunk..., synthesize-stop
                                   -> audio-start, audio-chunk..., audio-stop, synthesize-stopped
     ping                          -> pong
-    anything else                 -> error (the connection stays open)
+    anything else                 -> error (the connection stays open, for 8 of them; not a request)
 
     server.py      the server's thread, loop and listening socket; Info
     connection.py  one connection's life under the limits: admitted, idle, writes timed
     handler.py     one client connection: its requests and their audio
     events.py      reading events with limits on what a client may make us buffer
-    limits.py      what the clients may take between them: connections (per address too),
-                   turns at synthesis, how slowly a client may read
+    limits.py      what the clients may take between them: connections (per address too, and
+                   a newcomer's room), turns at synthesis, how slowly a client may read
     announce.py    the zeroconf announcement
 """
 

@@ -1,5 +1,6 @@
 """One Wyoming connection's life under the server's limits (limits.py): admitted or refused
-with `busy` at once, closed after `idle_timeout` without a request (pings do not count), each
+with `busy` at once, closed after `idle_timeout` without a request (only requests that do work
+count: not pings, not unknown events), or to make room for another address (with `busy`), each
 write timed (a client that keeps the server waiting is dropped), a refused request answered with
 an error before closing. Its requests are the handler's (handler.py)."""
 
@@ -12,7 +13,6 @@ import time
 
 from wyoming.error import Error
 from wyoming.event import Event, async_write_event
-from wyoming.ping import Ping
 from wyoming.server import AsyncEventHandler
 
 from .events import RequestError, read_event
@@ -21,15 +21,24 @@ from .limits import Connections, NotReading
 log = logging.getLogger("hayakoe_pi.wyoming")
 
 DRAIN_BEFORE_CLOSE_SECONDS = 2.0
+GOODBYE_SECONDS = 2.0  # for the `busy` of a connection closed to make room: its slot is given already
 SEND_BUFFER_BYTES = 64 * 1024  # per client in the kernel (and as much in the transport): audio waiting to be read
 
 
 class Connection(AsyncEventHandler):
-    """One client connection; `handle_event` answers its events."""
+    """One client connection; `handle_event` answers its events, those of `request_types`
+    requests (they keep the connection: the idle timer, `last_request`)."""
+
+    request_types: frozenset = frozenset()
 
     def __init__(self, reader, writer, connections: Connections):
         super().__init__(reader, writer)
         self.connections = connections
+        self.last_request = time.monotonic()
+        self._in_request = False  # a request's event is being handled
+        self._evicted: str | None = None  # why it was closed to make room for another address
+        self._closing = False  # its last error is being sent
+        self._task: asyncio.Task | None = None
         peer = writer.get_extra_info("peername")
         self.host = str(peer[0]) if isinstance(peer, tuple) else str(peer)  # what the limit per address counts
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
@@ -43,9 +52,20 @@ class Connection(AsyncEventHandler):
     def _waited(self, seconds: float) -> None:
         """The client kept a write waiting this long (the handler counts it against the request)."""
 
+    def answering(self) -> bool:
+        """A request is being answered (the handler adds a streamed request left open)."""
+        return self._in_request
+
+    def evict(self, reason: str) -> None:
+        """Close this connection to make room for another address (its slot is given already)."""
+        self._evicted = reason
+        if self._task is not None:
+            self._task.cancel()
+
     async def run(self) -> None:
         log.debug("wyoming: %s connected", self.peer)
-        refusal = self.connections.admit(self.host)
+        self._task = asyncio.current_task()
+        refusal = self.connections.admit(self)
         if refusal is not None:
             # at once: a burst held open here would use up the daemon's file descriptors
             try:
@@ -62,12 +82,21 @@ class Connection(AsyncEventHandler):
                     try:
                         event = await asyncio.wait_for(read_event(self.reader), idle_until - time.monotonic())
                     except asyncio.TimeoutError:
-                        log.info("wyoming: %s sent no request for %g s (pings do not count): disconnected",
-                                 self.peer, idle_timeout)
+                        log.info("wyoming: %s sent no request for %g s (pings and unknown events do not count): "
+                                 "disconnected", self.peer, idle_timeout)
                         break
-                    if event is None or not await self.handle_event(event):
+                    if event is None:
                         break
-                    if not Ping.is_type(event.type):  # a ping alone must not hold a connection forever
+                    # only a request keeps a connection: pings or made-up events alone must not hold one
+                    request = event.type in self.request_types
+                    if request:
+                        self.last_request, self._in_request = time.monotonic(), True
+                    try:
+                        if not await self.handle_event(event):
+                            break
+                    finally:
+                        self._in_request = False
+                    if request:
                         idle_until = time.monotonic() + idle_timeout
                 except RequestError as e:
                     log.warning("wyoming: %s: %s", self.peer, e)
@@ -79,13 +108,21 @@ class Connection(AsyncEventHandler):
         except (ConnectionError, OSError) as e:
             log.warning("wyoming: %s went away: %s", self.peer, e.strerror or type(e).__name__)
         except asyncio.CancelledError:
-            raise
+            if self._evicted is None:  # the server stops
+                raise
+            self._task.uncancel()
+            self._abandon_stream()
+            if not self._closing:  # else its own error went out already
+                try:
+                    await asyncio.wait_for(self._close_with_error(self._evicted, "busy"), GOODBYE_SECONDS)
+                except asyncio.TimeoutError:
+                    pass
         except Exception as e:  # a bug must not end the server
             log.exception("wyoming: internal error with %s", self.peer)
             self._abandon_stream()
             await self._close_with_error(f"internal error: {type(e).__name__}: {e}", "internal-error")
         finally:
-            self.connections.leave(self.host)
+            self.connections.leave(self)
             self._abandon_stream()
             self.writer.close()
             log.debug("wyoming: %s disconnected", self.peer)
@@ -106,6 +143,7 @@ class Connection(AsyncEventHandler):
 
     async def _close_with_error(self, text: str, code: str) -> None:
         """Send an error, say nothing more is coming, and let the client read it before closing."""
+        self._closing = True
         try:
             await self.write_event(Error(text=text, code=code).event())
             if self.writer.can_write_eof():

@@ -36,7 +36,7 @@ from ..speech.service import Choice, SpeechError, SpeechService
 from .announce import LANGUAGES
 from .connection import Connection
 from .events import RequestError
-from .limits import Connections, ReadPace
+from .limits import MAX_UNKNOWN_EVENTS, Connections, ReadPace
 
 log = logging.getLogger("hayakoe_pi.wyoming")
 
@@ -82,12 +82,16 @@ class StreamedRequest:
 class Handler(Connection):
     """One client connection: its requests and their audio."""
 
+    # the events that ask for work: only they keep a connection (pings and unknown events do not)
+    request_types = frozenset({"describe", "synthesize", "synthesize-start", "synthesize-chunk", "synthesize-stop"})
+
     def __init__(self, reader, writer, speech: SpeechService, pool: Executor, connections: Connections,
                  describe):
         super().__init__(reader, writer, connections)
         self.speech, self.pool, self.describe = speech, pool, describe
         self.out: AudioOut | None = None
         self.stream: StreamedRequest | None = None
+        self.unknown_events = 0
 
     async def _blocking(self, function, *args):
         return await asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
@@ -110,6 +114,9 @@ class Handler(Connection):
         if self.out is not None:
             self.out.pace.waited_for(seconds, self.out.samples_sent)
 
+    def answering(self) -> bool:
+        return super().answering() or self.stream is not None
+
     # events --------------------------------------------------------------------------
 
     async def handle_event(self, event: Event) -> bool:
@@ -130,7 +137,11 @@ class Handler(Connection):
         elif SynthesizeStop.is_type(event.type):
             await self._stream_stop()
         else:
-            log.warning("wyoming: %s: unknown event type %r", self.peer, event.type[:60])
+            self.unknown_events += 1
+            if self.unknown_events > MAX_UNKNOWN_EVENTS:
+                raise RequestError(f"{MAX_UNKNOWN_EVENTS} unknown events already; closing", "too-many-unknown")
+            if self.unknown_events == 1:  # one line a connection: they cost the log nothing more
+                log.warning("wyoming: %s: unknown event type %r", self.peer, event.type[:60])
             await self.write_event(Error(text=f"unknown event type {event.type[:60]!r}",
                                          code="unknown-event").event())
         return True
@@ -277,7 +288,7 @@ class Handler(Connection):
         `errors` true that raises RequestError. `lead` (silence) goes out just
         before the first audio.
         """
-        turn = await self.connections.synthesis_turn()
+        turn = await self.connections.synthesis_turn(self.host)
         try:
             utterance = await self._blocking(self.speech.utterance, text, choice)
         except BaseException:
