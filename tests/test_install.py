@@ -19,6 +19,7 @@ import shutil
 import stat
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -526,6 +527,73 @@ def test_mosquitto_clients_are_installed_whichever_broker_the_config_names():
     which the README's first test of the service needs, was never installed."""
     packages = re.search(r"^APT_PACKAGES=\((.*)\)$", INSTALL.read_text(), re.M).group(1).split()
     assert "mosquitto-clients" in packages
+
+
+def installed_broker_settings() -> dict[str, str]:
+    """The drop-in install.sh writes (mosquitto/make-conf): option -> value."""
+    conf = subprocess.run([str(REPO / "mosquitto/make-conf"), "1883", "127.0.0.1"], capture_output=True,
+                          text=True, check=True).stdout
+    return dict(line.split(None, 1) for line in conf.splitlines() if line.strip() and not line.startswith("#"))
+
+
+def test_the_installed_broker_bounds_what_it_keeps_for_a_client_away():
+    """Before: max_queued_messages was mosquitto's default and max_queued_bytes unbounded, so a
+    client away could hold a thousand packets of 64 KiB (max_packet_size) in a Pi's memory. Now
+    both are set: every queued message may be the largest the daemon publishes or takes, and the
+    whole is far under a thousand packets at the broker's limit."""
+    from hayakoe_pi.bounds import MAX_PUBLISH_BYTES
+    from hayakoe_pi.broker.payloads import max_payload_bytes
+    from hayakoe_pi.settings.config import QueueConfig
+
+    settings = installed_broker_settings()
+    messages, queued_bytes = int(settings["max_queued_messages"]), int(settings["max_queued_bytes"])
+    assert messages >= 1000  # hours of says at a household's pace
+    largest_say = max_payload_bytes(QueueConfig().max_text_chars)
+    assert queued_bytes >= messages * max(MAX_PUBLISH_BYTES, largest_say)
+    assert queued_bytes <= messages * int(settings["max_packet_size"]) // 4
+
+
+def test_the_installed_broker_keeps_16_mb_for_a_client_away(tmp_path):
+    """mosquitto as installed takes the bound (per_listener_settings does not make it a listener's):
+    a persistent session away is kept 16 MB of 60 KB messages, the rest is dropped."""
+    import paho.mqtt.client as paho
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    from harness import Mosquitto, wait_for
+
+    # its store rewritten at each of 400 messages of 60 KB: gigabytes on the disk, for nothing here
+    broker = Mosquitto(tmp_path / "broker", as_installed=True, extra_conf="persistence false\n").start()
+    got = []
+
+    def session() -> paho.Client:
+        c = paho.Client(CallbackAPIVersion.VERSION2, client_id="away", clean_session=False)
+        c.on_message = lambda client, userdata, m: got.append(len(m.payload))
+        c.connect("127.0.0.1", broker.port)
+        c.loop_start()
+        return c
+
+    try:
+        away = session()
+        away.subscribe("q/#", qos=1)
+        time.sleep(0.5)
+        away.disconnect()
+        away.loop_stop()
+        sender = paho.Client(CallbackAPIVersion.VERSION2, client_id="sender")
+        sender.connect("127.0.0.1", broker.port)
+        sender.loop_start()
+        for i in range(400):  # 24 MB
+            sender.publish(f"q/{i}", b"x" * 60000, qos=1).wait_for_publish(5)
+        sender.disconnect()
+        sender.loop_stop()
+        back = session()
+        wait_for(lambda: len(got) >= 250, 30, what="the queued messages handed over")
+        time.sleep(2)
+        back.disconnect()
+        back.loop_stop()
+        kept = sum(got)
+        assert 16384000 - 60000 * 21 <= kept <= 16384000 + 60000 * 21, (len(got), kept)  # ± the in-flight window
+    finally:
+        broker.stop()
 
 
 def test_models_from_a_folder_that_is_no_models_folder(tmp_path):

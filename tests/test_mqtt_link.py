@@ -112,3 +112,48 @@ def test_no_exception_escapes_a_paho_callback(caplog):
     link._connected(client, None, SimpleNamespace(session_present=True), ok, None)  # does not raise
     assert subscribed and link.connected  # it still listens
     assert any("OverflowError" in r.exc_text for r in caplog.records if r.exc_text)
+
+
+def queued(link) -> list[tuple[str, bytes]]:
+    """What paho would send at the next connect (taken out of its queue to be read)."""
+    return [(m.topic, m.payload) for m in link.client.drop_out_messages()]
+
+
+def test_the_refused_publish_is_found_by_its_size_not_its_place():
+    """Issue #56: a broker with max_packet_size 600 closed the connection on a 628-byte discovery
+    config; the oldest unconfirmed publish, a 3-byte retained volume, was blamed and the limit
+    became 2 bytes: no `online`, no event, no discovery from then on. Its acknowledgement had not
+    come (the broker closes before it sends those of the packets ahead): size tells, not place."""
+    link, _ = make_link()
+    volume, config = "hk/pi/volume", "homeassistant/select/pi/voice/config"
+    link.publish(volume, "100", retain=True)  # the oldest, unconfirmed
+    link.publish(config, "x" * 628, retain=True)
+    link.publish("hk/pi/status", "online", retain=True)
+    assert link.outbox.reconnected()  # may be a refusal: no sign of another device
+    assert link.outbox.reconnected()  # the same suspect again: it leaves paho's queue
+    assert queued(link) == [(volume, b"100"), ("hk/pi/status", b"online")]
+    assert link.publish("hk/pi/status", "online", retain=True) is not None
+    assert link.publish(config, "x" * 628, retain=True) is None  # not sent again
+    event = link.publish("hk/pi/event", {"event": "error", "id": "a", "error": "e" * 2000})
+    assert event is not None and len(event_payload := queued(link)[-1][1]) < 628, event_payload
+    style = "homeassistant/select/pi/style/config"
+    assert link.publish(style, "s" * 610, retain=True) is not None  # under what was refused: sent
+    assert link.outbox.reconnected()  # the broker refuses packets: one drop is enough now
+    assert queued(link) == [] and link.publish(style, "s" * 610, retain=True) is None
+    assert link.publish("hk/pi/status", "online", retain=True) is not None
+
+
+def test_the_limit_never_goes_under_what_the_broker_acknowledged():
+    """A drop with only packets no larger than one the broker took is no refusal: nothing is
+    dropped (and the clash detector may count it)."""
+    link, _ = make_link()
+    config = "homeassistant/select/pi/voice/config"
+    info = link.publish(config, "x" * 500, retain=True)
+    link.outbox._acknowledged(link.client, None, info.mid, None, None)  # as paho does on the PUBACK
+    link.client.drop_out_messages()  # as paho does on it, too
+    link.publish("hk/pi/volume", "100", retain=True)
+    link.publish(config, "y" * 500, retain=True)
+    for _ in range(3):
+        assert not link.outbox.reconnected()
+    assert [t for t, _ in queued(link)] == ["hk/pi/volume", config]
+    assert link.outbox.packet_limit is None

@@ -166,7 +166,8 @@ class BrokerLink:
         self.connected = True
         self._connected_at = time.monotonic()
         if self._dropped_after is not None:
-            self._note_drop(self._dropped_after, self._broker_away, refusing=self.outbox.reconnected())
+            self._note_drop(self._dropped_after, self._broker_away,
+                            refusing=self.outbox.reconnected(self._broker_away))
             self._dropped_after = None
         log.info("connected to MQTT broker %s (session %s)", self.where,
                  "resumed" if flags.session_present else "new")
@@ -207,8 +208,8 @@ class BrokerLink:
     def _note_drop(self, lived: float, broker_away: bool, refusing: bool = False) -> None:
         """At a reconnect: count connections the broker closed soon after accepting them while it
         stayed up; at QUICK_DROPS in a row, say that another device has this client id (once) and
-        reconnect slowly. A drop with a publish unconfirmed is not counted: the broker may have
-        refused that one (Outbox), which is no sign of another device."""
+        reconnect slowly. A drop with a publish unconfirmed larger than any the broker took is not
+        counted: the broker may have refused that one (Outbox), which is no sign of another device."""
         if refusing:
             return
         if broker_away or lived >= self.STABLE_SECONDS or (not self.clash and lived >= self.QUICK_DROP_SECONDS):
