@@ -306,3 +306,79 @@ def test_bert_is_made_again_when_its_products_need_other_weights(tmp_path, monke
     assert json.loads(stamp.read_text())["unsigned_int8"] is True
     types = _weight_types(tmp_path)
     assert TensorProto.UINT8 in types and TensorProto.INT8 not in types
+
+
+def test_check_names_a_damaged_prepared_file_and_prepare_makes_it_again(tmp_path):
+    """A prepared front cut short and a byte of BERT's prepared weights garbled (an SD card):
+    `check` names each derived file and the fix, never the model files; `prepare` makes them
+    again, never "up to date"."""
+    derived = tmp_path / "cache" / "models"
+    prep.prepare(FIXTURE_MODELS, derived, [VOICE])
+    [front] = derived.rglob(f"front.{cpu_key()}.onnx")
+    [weights] = derived.rglob(f"model.{cpu_key()}.onnx.weights")
+    os.truncate(front, front.stat().st_size // 2)
+    fd = os.open(weights, os.O_RDWR)
+    os.pwrite(fd, bytes(b ^ 0xFF for b in os.pread(fd, 8, weights.stat().st_size // 2)), weights.stat().st_size // 2)
+    os.close(fd)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"models: {{dir: {FIXTURE_MODELS}}}\nvoice: {{name: {VOICE}}}\n"
+                      f"cache: {{dir: {derived.parent}}}\nmqtt: {{port: 1}}\n")
+
+    def run(*command: str) -> str:
+        return subprocess.run([sys.executable, "-m", "hayakoe_pi.cli", *command, "--config", str(config)],
+                              capture_output=True, text=True, cwd=REPO, timeout=300).stdout
+
+    out = run("check")
+    for damaged in (front, weights):
+        [line] = [line for line in out.splitlines() if str(damaged) in line]
+        assert line.startswith(f"FAIL models: prepared file {damaged} is damaged: ") and "hayakoe-pi prepare" in line
+    assert "download it again" not in out and "synthesizer.onnx" not in out and "bert_q8.onnx" not in out, out
+    made = run("prepare")
+    assert "up to date" not in made.split(f"voice {VOICE}-nodur")[0], made
+    assert len(re.findall(r"^preparing .*\(made again: .* is damaged: ", made, re.M)) == 2, made
+    out = run("check")
+    assert "ok   models: " in out and "FAIL models" not in out, out
+
+
+def test_a_prepared_copy_that_cannot_be_loaded_is_made_again_once(tmp_path, caplog):
+    """A copy whose record matches but which ONNX Runtime cannot load (what the quick check
+    cannot see): the store makes it again and loads the voice, blaming the copy, not the model."""
+    from hayakoe_pi.models import checksums
+    from hayakoe_pi.models.errors import ModelError
+
+    prep.prepare(FIXTURE_MODELS, tmp_path, [VOICE])
+    [front] = tmp_path.rglob(f"front.{cpu_key()}.onnx")
+    weights = front.with_name(front.name + ".weights")
+
+    def spoil():
+        front.write_bytes(b"not a graph" * 100)
+        checksums.write_record(front, {front.name: front, weights.name: weights})
+
+    spoil()
+    voice = ModelStore(FIXTURE_MODELS, derived_dir=tmp_path).voice(VOICE)
+    assert voice.decoder is not None and checksums.damage(front, full=True) is None
+    said = [r.getMessage() for r in caplog.records if str(front) in r.getMessage()]
+    assert len(said) == 1 and "cannot be loaded" in said[0] and "making it again" in said[0], said
+    spoil()
+    with pytest.raises(ModelError) as e:  # without repair (check): the copy named, and the fix
+        ModelStore(FIXTURE_MODELS, derived_dir=tmp_path, repair=False).voice(VOICE)
+    assert str(front) in str(e.value) and "hayakoe-pi prepare" in str(e.value)
+    assert "synthesizer.onnx" not in str(e.value) and "download" not in str(e.value)
+
+
+def test_copies_an_earlier_release_made_are_recorded_not_made_again(tmp_path):
+    """Copies without a record (made before records): prepare records them as they are and
+    makes nothing again (an upgrade on a Pi would pay minutes, the 8-bit decoder more)."""
+    from hayakoe_pi.models import checksums
+
+    prep.prepare(FIXTURE_MODELS, tmp_path, [VOICE])
+    records = sorted(tmp_path.rglob(f"*{checksums.RECORD_SUFFIX}"))
+    assert records
+    made = {path: path.stat().st_mtime_ns for path in tmp_path.rglob(f"*.{cpu_key()}.onnx*")
+            if not path.name.endswith(checksums.RECORD_SUFFIX)}
+    for record in records:
+        record.unlink()
+    steps = prep.prepare(FIXTURE_MODELS, tmp_path, [VOICE], full_check=True)
+    assert all(step.done for step in steps), steps  # "up to date": nothing made
+    assert sorted(tmp_path.rglob(f"*{checksums.RECORD_SUFFIX}")) == records
+    assert {path: path.stat().st_mtime_ns for path in made} == made

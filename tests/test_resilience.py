@@ -272,3 +272,114 @@ def test_a_voice_prepared_on_first_use_keeps_the_watchdog_fed(tmp_path):
     assert took and took[0] > 2.0, log  # longer than stuck_seconds: a silent watchdog would show
     gaps = [b - a for a, b in zip([t, *pings], pings)]
     assert max(gaps) < 1.5, gaps  # a ping every 0.5 s throughout
+
+
+# --- 7. prepared files damaged, a prepare step that fails, speech beside a prepare -------------
+
+def _prepared_ahead(models, derived) -> None:
+    """BERT and tiny-voice prepared into the daemon's cache.models_dir: its start only loads."""
+    from hayakoe_pi.models.prepare import prepare
+
+    prepare(models, derived, ["tiny-voice"])
+
+
+@pytest.mark.prepares_models
+def test_truncated_prepared_files_are_made_again_by_the_service_itself(tmp_path):
+    """The prepared front and BERT's weights cut short (an SD card, a power cut): the service
+    starts, makes them again, says so once, and speaks; nobody deletes the cache by hand."""
+    from hayakoe_pi.models import prepare as prep
+    from hayakoe_pi.models.cpu import cpu_key
+
+    derived = tmp_path / "cache" / "models"  # the appliance's cache.models_dir
+    _prepared_ahead(FIXTURE_MODELS, derived)
+    [front] = derived.rglob(f"front.{cpu_key()}.onnx")
+    [bert_weights] = derived.rglob(f"model.{cpu_key()}.onnx.weights")
+    for damaged in (front, bert_weights):
+        with open(damaged, "r+b") as f:
+            f.truncate(damaged.stat().st_size // 2)
+    with appliance(tmp_path, sink_kwargs={"paced": False}) as app:  # it starts (it exited 2 here)
+        speaks(app)
+        log = app.daemon.output()
+    for damaged in (front, bert_weights):
+        said = [line for line in log.splitlines() if damaged.name in line]
+        assert len(said) == 1 and "damaged" in said[0] and "made again" in said[0], log
+    assert "download it again" not in log
+    # made again and recorded: the next start, and prepare, find them whole
+    assert all(step.done for step in prep.prepare(FIXTURE_MODELS, derived, ["tiny-voice"]))
+
+
+def _make_child(parent: int) -> int | None:
+    """The pid of `parent`'s child running prepare's step (python -m hayakoe_pi.models.make)."""
+    from pathlib import Path
+
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (proc / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and b"hayakoe_pi.models.make" in command:
+            return int(proc.name)
+    return None
+
+
+@pytest.mark.prepares_models  # a damaged copy of the models, prepared here
+@pytest.mark.parametrize("how", ["fails", "killed"])
+def test_a_failed_prepare_step_ends_failed_and_the_watchdog_sees_a_wedge_after(tmp_path, damaged_models, how):
+    """A voice prepared on first use whose child fails (a truncated synthesizer) or is killed:
+    the step ends as failed (journal, STATUS), and the watchdog is no longer fed for it: a
+    wedged speaker later stops the pings within stuck_seconds, not an hour later."""
+    import os
+    import signal
+
+    _prepared_ahead(damaged_models, tmp_path / "cache" / "models")
+    voice = "broken-voice" if how == "fails" else "tiny-voice-nodur"
+    notify = NotifySocket(tmp_path / "notify.sock")
+    env = {"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "1000000",
+           "HAYAKOE_PI_TUNE_REPEATS": "200"}  # tiny-voice-nodur's step: minutes, killed midway
+    try:
+        with appliance(tmp_path, env=env, watchdog={"stuck_seconds": 2},
+                       models={"dir": str(damaged_models)}) as app:
+            wait_for(lambda: notify.since(0, "READY=1"), 30, what="READY=1")
+            app.probe.publish("say", {"text": "はい。", "voice": voice, "id": "f"})
+            if how == "killed":
+                child = wait_for(lambda: _make_child(app.daemon.proc.pid), 60, what="prepare's child")
+                os.kill(child, signal.SIGKILL)
+            error = app.probe.next_event(event="error", id="f", timeout=120)
+            assert voice in error["error"], error
+            app.probe.publish("say", {"text": "冷蔵庫のドアが開いています。" * 3, "id": "w"})
+            app.probe.next_event(event="started", id="w")
+            app.sink.pause()  # the worker blocks in a write: stuck
+            wait_for(lambda: notify.quiet_for("WATCHDOG=1") >= 2.0, 8, what="the pings to stop")
+            app.sink.resume()
+            app.probe.next_event(event="finished", id="w", timeout=60)
+            log = app.daemon.output()
+    finally:
+        notify.close()
+    step = f"voice {voice} 1/1: split, decoder forms, timings"
+    ended = [line for line in log.splitlines() if f"preparing {step} failed after " in line]
+    assert len(ended) == 1, log
+    if how == "killed":
+        assert "exit -9" in ended[0], ended
+    status = [f for _, f in notify.received if f.startswith(f"STATUS=preparing {step} failed after ")]
+    assert len(status) == 1, notify.received
+
+
+@pytest.mark.prepares_models
+def test_speech_with_a_loaded_voice_flows_while_another_voice_prepares(tmp_path):
+    """Home Assistant switches to a voice not prepared yet (minutes on a Pi, its timings taken
+    40 times here): messages in the voice already loaded are spoken meanwhile, not after."""
+    _prepared_ahead(FIXTURE_MODELS, tmp_path / "cache" / "models")
+    with appliance(tmp_path, sink_kwargs={"paced": False}, env={"HAYAKOE_PI_TUNE_REPEATS": "40"}) as app:
+        app.probe.publish("voice/set", "tiny-voice-nodur")  # the control lane prepares it
+        wait_for(lambda: "preparing voice tiny-voice-nodur" in app.daemon.output(), 60, what="the prepare")
+        for i in range(3):
+            rid = f"during-{i}"
+            app.probe.publish("say", {"text": f"{i}番目です。", "voice": "tiny-voice", "id": rid})
+            app.probe.next_event(event="finished", id=rid, timeout=120)
+            assert "prepared voice tiny-voice-nodur" not in app.daemon.output(), f"{rid} waited for the prepare"
+        # the switch then happens (and no prepare's child is left running at the end)
+        wait_for(lambda: app.probe.last("voice") == b"tiny-voice-nodur", 300, what="the new voice")
+        speaks(app)

@@ -159,3 +159,43 @@ def test_integer_products_with_unsigned_weights_are_exact_and_the_same(tmp_path)
     exact = lambda w, z0=0: a.astype(np.int64) @ (w.astype(np.int64) - z0)  # noqa: E731
     assert np.array_equal(y1, exact(w1, -3)) and np.array_equal(y2, exact(w2)) and np.array_equal(y3, exact(w2, -3))
     assert np.array_equal(z, shared.astype(np.int32))
+
+
+def test_a_prepared_copy_is_checked_against_what_it_was_when_made(tmp_path):
+    """checksums.py: a copy's files recorded as made; the quick check (each start) sees a file
+    cut short or garbled where it samples, the full one (check, prepare) any byte."""
+    import os
+
+    from hayakoe_pi.models import checksums
+
+    rng = np.random.default_rng(5)
+    copy, weights = tmp_path / "g.cpu.onnx", tmp_path / "g.cpu.onnx.weights"
+    copy.write_bytes(rng.bytes(20_000))
+    weights.write_bytes(rng.bytes(8 * checksums.SAMPLE_WHOLE_BYTES))  # sampled, not read whole
+    assert checksums.damage(copy) is None and not checksums.recorded(copy)  # made before records
+    checksums.adopt(copy)  # recorded as it is
+    assert checksums.damage(copy) is None and checksums.damage(copy, full=True) is None
+    size, last = weights.stat().st_size, weights.stat().st_size - checksums.SAMPLE_BLOCK
+    sampled = [last * i // (checksums.SAMPLE_BLOCKS - 1) for i in range(checksums.SAMPLE_BLOCKS)]
+    between = (sampled[10] + sampled[11]) // 2  # no sampled block reads it
+
+    def garble(path, at):
+        fd = os.open(path, os.O_RDWR)
+        before = os.pread(fd, 1, at)
+        os.pwrite(fd, bytes([before[0] ^ 0xFF]), at)
+        os.close(fd)
+
+    garble(weights, between)
+    assert checksums.damage(copy) is None
+    assert checksums.damage(copy, full=True) == f"{weights} is damaged: its SHA-256 is not the one recorded when it was made"
+    garble(weights, between)
+    garble(weights, size - 1)  # in the last block, sampled
+    assert "SHA-256" in checksums.damage(copy)
+    garble(weights, size - 1)
+    garble(copy, 12_345)  # a graph is small: read whole, even by the quick check
+    assert str(copy) in checksums.damage(copy)
+    garble(copy, 12_345)
+    os.truncate(weights, size // 2)  # what a power cut leaves
+    assert checksums.damage(copy) == f"{weights} is damaged: {size // 2} bytes, {size} when it was made"
+    checksums.remove(copy)
+    assert not list(tmp_path.iterdir())

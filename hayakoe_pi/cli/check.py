@@ -14,7 +14,8 @@ from ..door.diskspace import service_folders, space_of
 def check(args: argparse.Namespace) -> int:
     from ..sound.player import AudioError, check_device
     from ..settings.config import check_models
-    from ..models.prepare import describe_bert, describe_int8, describe_tuning, stages
+    from ..models.prepare import damaged, describe_bert, describe_int8, describe_tuning, stages
+    from ..models.checksums import damage
     from ..models.store import ModelStore
     from ..broker.link import probe_broker
 
@@ -37,15 +38,22 @@ def check(args: argparse.Namespace) -> int:
         derived = config.cache.models_dir  # where the service keeps its copies
         become_owner_of(derived.parent)
         decoder = config.engine.decoder
+        # every byte (the quick check of each start would miss a block garbled in place)
+        harm = [(copy, why) for what in ("bert", name) for copy, why in damaged(models, derived, what, full=True)]
         plan = [stage for what in ("bert", name) for stage in stages(models, derived, what, decoder)]
-        if not all(stage.done for stage in plan):  # never prepared here: the service may be at it
+        for copy, why in harm:  # never made again here: the service may be using it
+            fix = ("the service makes it again at its next start, or now: hayakoe-pi prepare" if damage(copy)
+                   else "hayakoe-pi prepare makes it again (the service's quick check at each start does not "
+                        "see this), then restart the service")
+            report(False, "models", f"prepared file {why}; {fix} (as the service's user)")
+        if not harm and not all(stage.done for stage in plan):  # never prepared here: the service may be at it
             report(True, "models", f"{models}, voice {name}: not prepared yet in {derived}; the service "
                                    "prepares it when it starts, each step in its journal (or: hayakoe-pi "
                                    "prepare, as the service's user)")
             for stage in plan:
                 report(True, "prepare", f"{'done' if stage.done else 'to do'}: {stage.name()}")
-        else:
-            store = ModelStore(models, derived_dir=derived, decoder=decoder)
+        elif not harm:
+            store = ModelStore(models, derived_dir=derived, decoder=decoder, repair=False)
             voice = store.voice(name)
             report(True, "models", f"{store.dir}, voice {voice.name} ({voice.sample_rate} Hz), "
                                    f"installed: {', '.join(store.voices())}")

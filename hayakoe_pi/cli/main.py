@@ -81,9 +81,11 @@ def _prepare(args: argparse.Namespace) -> int:
         models = config.models.dir
         derived = CacheConfig(args.cache).models_dir if args.cache else config.cache.models_dir
     become_owner_of(derived.parent)
+    # every byte of what is there checked (not only sizes and samples, as at each start): run by
+    # hand or by the installer, it may take the seconds a Pi needs to read them
     prepare(models, derived, args.voice or None, report=lambda step: print(step.line(), flush=True),
             decoder=args.decoder or config.engine.decoder,
-            progress=lambda stage, seconds: print(stage.line(seconds), flush=True))
+            progress=lambda stage, seconds: print(stage.line(seconds), flush=True), full_check=True)
     return 0
 
 

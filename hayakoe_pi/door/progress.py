@@ -3,6 +3,8 @@
 A first start with engine.decoder int8 or auto makes the 8-bit decoder: minutes on a Pi,
 longer than TimeoutStartSec allows a start that only loads. Each step's start asks
 systemd for more time (EXTEND_TIMEOUT_USEC), so a start is stopped only by a step that hangs.
+A step ends once, done or failed (its child's error, or the signal that killed it): from
+then on the watchdog is fed only for the speaker's own progress.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ STEP_LIMIT_S = 3600  # the longest step on the slowest Pi takes minutes; an hour
 
 def announce(stage: Stage, seconds: float | None) -> None:
     """prepare's `progress`: one line when a step starts, one when it ends."""
-    log.info("%s", stage.line(seconds))
+    failed, remade = seconds is not None and stage.failed, seconds is None and stage.remade
+    log.log(logging.ERROR if failed else logging.WARNING if remade else logging.INFO, "%s", stage.line(seconds))
     more_time = [f"EXTEND_TIMEOUT_USEC={STEP_LIMIT_S * 1_000_000}"] if seconds is None else []
     sdnotify.notify(f"STATUS={stage.line(seconds)}", *more_time)
 
@@ -33,8 +36,8 @@ class PrepareSteps:
         self._since: float | None = None
 
     def __call__(self, stage: Stage, seconds: float | None) -> None:
+        self._since = time.monotonic() if seconds is None else None  # ended, failed or not
         announce(stage, seconds)
-        self._since = time.monotonic() if seconds is None else None
 
     def running(self) -> bool:
         return self._since is not None and time.monotonic() - self._since < STEP_LIMIT_S

@@ -17,3 +17,18 @@ def unreadable(what: str, path: Path, e: Exception) -> ModelError:
     reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return ModelError(f"{what} {path} cannot be loaded ({reason}); the file is probably truncated "
                       "or corrupted: download it again")
+
+
+class DerivedFileError(ModelError):
+    """A file prepare made (`path`: an optimized copy) cannot be loaded: it is made again,
+    never blamed on the model file it was made from."""
+
+    def __init__(self, message: str, path: Path, reason: str):
+        super().__init__(message)
+        self.path, self.reason = path, reason
+
+
+def unreadable_derived(what: str, copy: Path, e: Exception) -> DerivedFileError:
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return DerivedFileError(f"the prepared copy of the {what}, {copy}, cannot be loaded ({reason}); "
+                            "`hayakoe-pi prepare` makes it again", copy, reason)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..durable import durable_replace
 from .bert import BERT_PATH
+from .checksums import remove
 from .errors import ModelError, unreadable
 from .folders import clear_folder, model_folder, read_stamp
 from .prepare import missing, synthesizer_path
@@ -85,9 +86,7 @@ def _prepare_voice(models_dir: Path, voice: str, derived: Path, keep_weights: bo
             durable_replace(tmp, tuning_path(folder))
             for form, graph in parts.decoders.items():  # the slower form's copy is not kept
                 if form != tuning["form"]:
-                    copy = optimized_path(graph)
-                    copy.unlink(missing_ok=True)
-                    copy.with_name(copy.name + ".weights").unlink(missing_ok=True)
+                    remove(optimized_path(graph))
         else:
             optimize(whole)
         if not keep_weights:

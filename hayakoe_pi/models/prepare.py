@@ -19,8 +19,12 @@ finished files, memory-mapped.
 (make.py); for an 8-bit decoder `--voice NAME --keep-weights`, then
 `python -m hayakoe_pi.synthesis.calibrate`, then `make --int8 NAME`. A new CPU or ONNX
 Runtime makes new optimized copies and timings (cpu.cpu_key). Each child is a `Stage`,
-told to `progress` when it starts and ends (the daemon's journal), and listed done or
-not by `stages` (`hayakoe-pi check`).
+told to `progress` when it starts and ends, failed or not (the daemon's journal), and
+listed done or not by `stages` (`hayakoe-pi check`).
+
+A prepared copy that is not what it was when made (`damaged`: checksums.py, quickly at
+every start, fully in `hayakoe-pi prepare` and `check`) is removed first, and what needs it
+made again; the stage that makes it says why.
 """
 
 from __future__ import annotations
@@ -34,11 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .bert import BERT_PATH
+from .checksums import adopt, damage, recorded, remove
 from .errors import ModelError
 from .folders import read_stamp
 from .sessions import optimized_path
 from .split import SplitModel, cached_split
-from .quantize import LATENTS_NAME, describe_int8, read_int8
+from .quantize import INT8_NAME, LATENTS_NAME, describe_int8, read_int8, read_latents
 from .tune import describe_tuning, read_tuning
 from .voices import SPEAKERS_DIR, installed_voices
 from .weights import has_weights
@@ -77,6 +82,8 @@ class Stage:
     count: int
     task: str  # what the child makes
     done: bool = False
+    remade: str = ""  # why it is made again: the damaged prepared files it makes anew
+    failed: str = ""  # why it did not end: the child's error, or how it died
 
     def name(self) -> str:
         model = "BERT" if self.what == "bert" else f"voice {self.what}"
@@ -84,7 +91,11 @@ class Stage:
 
     def line(self, seconds: float | None = None) -> str:
         """What `progress` says at the stage's start (None), then at its end."""
-        return f"preparing {self.name()}" if seconds is None else f"prepared {self.name()} in {seconds:.1f} s"
+        if seconds is None:
+            return f"preparing {self.name()}" + (f" (made again: {self.remade})" if self.remade else "")
+        if self.failed:
+            return f"preparing {self.name()} failed after {seconds:.1f} s: {self.failed}"
+        return f"prepared {self.name()} in {seconds:.1f} s"
 
 
 VOICE_TASKS = ("split, decoder forms, timings",
@@ -143,14 +154,40 @@ def _int8_missing(models_dir: Path, derived: Path, voice: str) -> bool:
 
 def _latents_made(models_dir: Path, derived: Path, voice: str) -> bool:
     """calibrate.py's latents, saved durably: a start killed after them does not make them again."""
-    folder = _split_folder(models_dir, derived, voice)
-    return folder is not None and (folder / LATENTS_NAME).is_file()
+    folder = _split_folder(models_dir, derived, voice)  # cut short or garbled: made again, over it
+    return folder is not None and (folder / LATENTS_NAME).is_file() and _latents_readable(folder / LATENTS_NAME)
 
 
 def _weights_kept(models_dir: Path, derived: Path, voice: str) -> bool:
     """The split's weights kept for the 8-bit decoder to be made from (make.py --keep-weights)."""
     folder = _split_folder(models_dir, derived, voice)
     return folder is not None and has_weights(folder)
+
+
+def _latents_readable(path: Path) -> bool:
+    try:
+        read_latents(path)  # every array, each checked by the zip's CRC
+    except Exception:  # a file cut short or garbled: BadZipFile, OSError, ValueError …
+        return False
+    return True
+
+
+def _copies(models_dir: Path, derived: Path, what: str) -> list[Path]:
+    """The prepared copies the daemon loads for `what` (BERT or a voice), those there now."""
+    source = models_dir / BERT_PATH if what == "bert" else synthesizer_path(models_dir, what)
+    if not source.is_file():
+        return []
+    parts = None if what == "bert" else cached_split(source, derived)
+    graphs = [*_graphs_needed(parts), parts.folder / INT8_NAME] if parts else [prepared_whole(source, derived)]
+    return [optimized_path(g) for g in graphs if g is not None and optimized_path(g).is_file()]
+
+
+def damaged(models_dir: str | Path, derived: str | Path, what: str, full: bool = False) -> list[tuple[Path, str]]:
+    """The prepared copies of `what` that are not what they were when made, each with what is
+    wrong (checksums.py: `full` reads every byte, else sizes and a sample)."""
+    models_dir, derived = Path(models_dir).expanduser(), Path(derived)
+    found = [(copy, damage(copy, full)) for copy in _copies(models_dir, derived, what)]
+    return [(copy, why) for copy, why in found if why]
 
 
 def _fp32_missing(models_dir: Path, derived: Path, what: str) -> bool:
@@ -180,15 +217,22 @@ def _child(what: str, module: str, *args: str) -> dict:
 Progress = Callable[[Stage, "float | None"], None]  # at a stage's start (None), then its end (seconds)
 
 
-def _make(models_dir: Path, derived: Path, what: str, decoder: str, progress: Progress) -> Step:
+def _make(models_dir: Path, derived: Path, what: str, decoder: str, progress: Progress, remade: str = "") -> Step:
     began = time.monotonic()
     where = ["--models", str(models_dir), "--derived", str(derived)]
     plan = stages(models_dir, derived, what, decoder)
+    for stage in plan[:1] if remade else []:  # the first to run makes the removed copies again
+        stage.remade = remade
 
     def run(stage: Stage, module: str, *args: str) -> dict:
         progress(stage, None)
         started = time.monotonic()
-        made = _child(what, module, *where, *args)
+        try:
+            made = _child(what, module, *where, *args)
+        except BaseException as e:  # an error, a child killed, Ctrl-C: the stage ends, failed
+            stage.failed = str(e) or type(e).__name__
+            progress(stage, time.monotonic() - started)
+            raise
         progress(stage, time.monotonic() - started)
         return made
 
@@ -211,17 +255,25 @@ def _make(models_dir: Path, derived: Path, what: str, decoder: str, progress: Pr
 
 def prepare(models_dir: str | Path, derived: str | Path, voices: list[str] | None = None,
             report: Callable[[Step], None] | None = None, decoder: str = "fp32",
-            progress: Progress | None = None) -> list[Step]:
+            progress: Progress | None = None, full_check: bool = False) -> list[Step]:
     """Make what is missing for BERT and `voices` (default: every installed voice), and
-    where `decoder` is int8 or auto, each voice's 8-bit decoder; `progress` is told of
-    each child's start and end."""
+    where `decoder` is int8 or auto, each voice's 8-bit decoder; a damaged copy is made
+    again (checked quickly, or every byte with `full_check`); `progress` is told of each
+    child's start and end."""
     models_dir, derived = Path(models_dir).expanduser(), Path(derived)
     if not models_dir.is_dir():
         raise ModelError(f"models directory not found: {models_dir}")
     steps = []
     for what in ["bert", *(installed_voices(models_dir) if voices is None else voices)]:
+        for copy in _copies(models_dir, derived, what):
+            if not recorded(copy):  # made by an earlier release
+                adopt(copy)
+        harm = damaged(models_dir, derived, what, full_check)
+        for copy, _ in harm:
+            remove(copy)
+        remade = "; ".join(why for _, why in harm)
         step = (Step(what, done=True) if not missing(models_dir, derived, what, decoder)
-                else _make(models_dir, derived, what, decoder, progress or (lambda stage, seconds: None)))
+                else _make(models_dir, derived, what, decoder, progress or (lambda stage, seconds: None), remade))
         steps.append(step)
         if report:
             report(step)

@@ -12,8 +12,9 @@ import onnxruntime as ort
 
 from ..durable import durable_replace
 from ..threads import lower_compute_priority
+from .checksums import write_record
 from .cpu import cpu_key, cpu_threads
-from .errors import ModelError, unreadable
+from .errors import ModelError, unreadable, unreadable_derived
 from .wire import shared_weights
 
 _arena: bool | None = None  # one memory arena shared by all sessions
@@ -102,7 +103,8 @@ def optimize(graph: Path) -> Path:
     weights in a separate file that ONNX Runtime memory-maps: no copy is made
     while loading, and the kernel may drop those pages under pressure. The
     numbers are the same. The graph is renamed into place last, after its
-    weights are on disk: an interrupted copy is never trusted, only redone.
+    weights and the record of both (checksums.py) are on disk: an interrupted
+    copy is never trusted, only redone.
     """
     target = optimized_path(graph)
     if not target.is_file():
@@ -116,6 +118,8 @@ def optimize(graph: Path) -> Path:
         ort.InferenceSession(str(graph), opts, providers=["CPUExecutionProvider"])
         with open(target.parent / weights, "rb") as f:
             os.fsync(f.fileno())
+        # what it is as made, checked where it is trusted (checksums.py), before it takes its name
+        write_record(target, {target.name: tmp, weights: target.parent / weights})
         durable_replace(tmp, target)  # the graph names its weights file, written beside it
     return target
 
@@ -132,14 +136,17 @@ def open_session(path: Path, what: str, prepared: Path | None = None, prepack: b
     """
     if not path.is_file():
         raise ModelError(f"{what} not found: {path}")
-    try:
-        if prepared is not None:
-            opts = _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, prepack, threads)
-            for name, value in weights or ():
-                opts.add_initializer(name, value)
+    if prepared is not None:  # a failure is the prepared copy's, never the model file's
+        opts = _session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, prepack, threads)
+        for name, value in weights or ():
+            opts.add_initializer(name, value)
+        try:
             return _new_session(optimize(prepared), opts)
+        except Exception as e:  # ORT raises its own exception types for bad files
+            raise unreadable_derived(what, optimized_path(prepared), e) from None
+    try:
         return _new_session(path, _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL, prepack, threads))
-    except Exception as e:  # ORT raises its own exception types for bad files
+    except Exception as e:
         raise unreadable(what, path, e) from None
 
 
