@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import stat
 import tempfile
 import threading
 from pathlib import Path
@@ -50,6 +52,32 @@ def write_durably(path: Path, text: str, mode: int = 0o600) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# write_durably's temporary files: "." + the file's name + "." + mkstemp's 8 characters + ".tmp"
+_LEFTOVER_RE = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
+
+
+def remove_leftovers(folder: Path) -> list[str]:
+    """Remove the temporary files of writes cut short (a kill, a power cut) from `folder`;
+    their names. Only write_durably's, and only plain files."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    for name in names:
+        path = Path(folder) / name
+        try:
+            if _LEFTOVER_RE.fullmatch(name) and stat.S_ISREG(path.lstat().st_mode):
+                path.unlink()
+                removed.append(name)
+        except OSError as e:
+            log.warning("cannot remove %s, left by an interrupted write (%s)", path, e.strerror or e)
+    if removed:
+        log.info("removed %d temporary file%s left in %s by an interrupted write: %s", len(removed),
+                 "s" * (len(removed) != 1), folder, ", ".join(sorted(removed)))
+    return removed
 
 
 class FailingWrites:

@@ -240,3 +240,72 @@ def test_say_without_config_speaks_with_the_services_config(tmp_path):
                       f"cache: {{dir: {tmp_path / 'cache'}}}\naudio: {{device: the services card}}\n")
     r = run_cli("say", "はい", HAYAKOE_PI_CONFIG=str(config))
     assert r.returncode == 2 and "audio device 'the services card' not available" in r.stderr, r.stderr
+
+
+# Runs OpenJTalk cannot take whole: an unknown word of 344 kana or more (1,032 bytes) killed the
+# process (SIGSEGV, or a hang), and so did any text over 8 KiB as OpenJTalk reads it (2,734 characters)
+LONG_RUNS = ["ア" * 400, "ヴァ" * 200, "ゔぁ" * 200, "あ" * 400, "漢" * 400, "a" * 400, "A" * 400, "ａ" * 400,
+             "1" * 400, "ー" * 400, "α" * 400, "アア。" + "ャ" * 1000 + "です"]
+TOO_LONG = ["ア" * 3000, "あ" * 3000, "q" * 3000, "1" * 3000]
+
+
+def phonemes_of(row) -> str:
+    from hayakoe_pi.text.phonemes import SYMBOLS
+
+    return " ".join(SYMBOLS[i] for i in row["phones"][1::2][1:-1])  # between the blanks, inside the "_"s
+
+
+def check_long_runs(r):
+    assert r.returncode in (0, 1), (r.returncode, r.stderr[-500:])  # not -11 (SIGSEGV)
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["text"] for row in rows] == LONG_RUNS + TOO_LONG
+    for row in rows[:len(LONG_RUNS)]:  # read, every character of them
+        assert "error" not in row, row["error"]
+        assert len(row["word2ph"]) >= len(row["text"]) // 2
+    assert phonemes_of(rows[0]).count("a") == 400
+    for row in rows[len(LONG_RUNS):]:  # too long for OpenJTalk at once: a clean error, the text named
+        assert "too long" in row["error"], row
+
+
+def test_frontend_reads_long_runs_of_any_script_or_says_why_not(tmp_path):
+    r = run_cli("frontend", "--models", str(FIXTURE_MODELS), stdin="".join(t + "\n" for t in LONG_RUNS + TOO_LONG))
+    check_long_runs(r)
+    assert r.returncode == 1  # one of the texts was not read
+
+
+def test_dict_test_reads_long_runs_too(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"models: {{dir: {FIXTURE_MODELS}}}\ndictionary: {{file: {tmp_path / 'words.yaml'}}}\n")
+    (tmp_path / "words.yaml").write_text("- {surface: 晴翔, reading: ハルト, accent: 1}\n")
+    check_long_runs(run_cli("dict", "test", "--config", str(config),
+                            stdin="".join(t + "\n" for t in LONG_RUNS + TOO_LONG)))
+
+
+# User words with digits and marks: the punctuation clean-up after the readings dropped the digit,
+# and the word's reading with it (PS5 read ピーエス); `-` and `'` reached MeCab as − and ’, which
+# no user word matched (written ＝ and ＇)
+MARKED_WORDS = [("PS5", "プレステファイブ", "PS5を起動しました"), ("Wi-Fi6", "ワイファイシックス", "Wi-Fi6に繋ぎます"),
+                ("x2", "バイツー", "x2で再生"), ("R&D", "アールアンドデー", "R&D部門です"),
+                ("Disney+", "ディズニープラス", "Disney+で観る"), ("v1.2", "バージョンイチニ", "v1.2にしました"),
+                ("It's", "イッツ", "It'sショータイム")]
+
+
+def test_words_with_digits_and_marks_are_read_with_the_users_reading(tmp_path):
+    from hayakoe_pi.text.phonemes import katakana_to_phonemes
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"models: {{dir: {FIXTURE_MODELS}}}\ndictionary: {{file: {tmp_path / 'words.yaml'}}}\n")
+    before = [json.loads(line) for line in run_cli("dict", "test", "--config", str(config),
+                                                   *[t for _, _, t in MARKED_WORDS]).stdout.splitlines()]
+    for surface, reading, _ in MARKED_WORDS:
+        r = run_cli("dict", "add", surface, reading, "0", "--config", str(config))
+        assert r.returncode == 0, (surface, r.stderr)
+    r = run_cli("dict", "test", "--config", str(config), *[t for _, _, t in MARKED_WORDS])
+    assert r.returncode == 0, r.stderr
+    for (surface, reading, text), row, old in zip(MARKED_WORDS, map(json.loads, r.stdout.splitlines()), before):
+        assert row["norm"].startswith(surface), row["norm"]  # kept as written, for OpenJTalk to find
+        assert phonemes_of(row).startswith(" ".join(katakana_to_phonemes(reading))), (text, phonemes_of(row))
+        assert row["phones"] != old["phones"]
+    # the text around them is read as it was
+    assert phonemes_of(row).endswith("sh o o t a i m u")

@@ -49,6 +49,9 @@ def test_moras_count_small_kana_with_the_kana_before():
     ({"surface": "晴翔", "reading": "ハルト"}, "accent of 晴翔 must be a whole number"),
     ({"surface": "123", "reading": "イチニサン", "accent": 0}, "not only digits"),
     ({"surface": "a,b", "reading": "エービー", "accent": 0}, "must be one word"),
+    # digits and marks alone would be found inside the numbers of every text (21.5℃, 13-4)
+    ({"surface": "1.5", "reading": "イッテンゴ", "accent": 0}, "not only digits and marks"),
+    ({"surface": "3-4", "reading": "サンヨン", "accent": 0}, "not only digits and marks"),
     ({"surface": "晴翔", "reading": "ハルト", "accent": 1, "kind": "pet"}, "kind of 晴翔 must be one of"),
     ({"surface": "晴翔", "reading": "ハルト", "accent": 1, "priority": 11}, "priority of 晴翔"),
     ({"surface": "晴翔", "reading": "ハルト", "accent": 1, "colour": "red"}, "unknown field 'colour'"),
@@ -267,6 +270,33 @@ def test_a_new_word_is_not_served_the_old_cached_audio(tmp_path, use_words):
 
 
 # --- over MQTT ---------------------------------------------------------------------------------
+
+def test_words_with_digits_and_marks_are_taken_over_mqtt_and_one_that_cannot_be_kept_is_refused(tmp_path):
+    words = tmp_path / "dictionary.yaml"
+    with appliance(tmp_path, dictionary={"file": str(words)}) as app:
+        for surface, reading in (("PS5", "プレステファイブ"), ("R&D", "アールアンドデー"), ("Disney+", "ディズニープラス")):
+            app.probe.publish("dictionary/add", {"surface": surface, "reading": reading, "accent": 0})
+            added = app.probe.next_event(event="dictionary", surface=surface)
+            assert (added["action"], added["reading"]) == ("added", reading)
+        error = app.probe.reply("dictionary/add", {"surface": "1.5", "reading": "イッテンゴ", "accent": 0})
+        assert error["event"] == "error" and "not only digits and marks" in error["error"], error
+        assert app.probe.reply("say", {"id": "ps5", "text": "PS5を起動しました。"})["event"] == "finished"
+        assert [e["surface"] for e in yaml.safe_load(words.read_text())] == ["Disney+", "PS5", "R&D"]
+
+
+def test_a_surface_that_cannot_be_kept_is_refused_by_the_cli_with_the_reason(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"dictionary: {{file: {tmp_path / 'words.yaml'}}}\n")
+    r = subprocess.run([sys.executable, "-m", "hayakoe_pi.cli", "dict", "add", "1.5", "イッテンゴ", "0",
+                        "--config", str(config)], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 2 and "not only digits and marks" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "words.yaml").exists()
+
 
 LONG = "冷蔵庫のドアが開いています。閉めてください。" * 3
 

@@ -117,6 +117,23 @@ def test_a_torn_state_file_is_reported_and_the_configs_values_used(tmp_path):
     assert json.loads(state.read_text()) == {"changes": {}}
 
 
+def test_temporary_files_left_by_interrupted_writes_are_removed_at_start(tmp_path):
+    """A stray .received.json.*.tmp was once left in the state folder after a stop (a write cut short)."""
+    folder = tmp_path / "state"
+    folder.mkdir()
+    leftovers = [".received.json.k3j_x9ab.tmp", ".speaking.json.0a1b2c3d.tmp", ".state.json.zzzz_999.tmp"]
+    for name in leftovers:
+        (folder / name).write_text('{"rece')
+    others = ["notes.tmp", ".received.json.tmp", "mine.json"]  # no write of ours is named so
+    for name in others:
+        (folder / name).write_text("kept")
+    with appliance(tmp_path) as app:
+        assert app.probe.reply("say", "はい。")["event"] == "finished"
+        assert "removed 3 temporary files left in" in app.daemon.output()
+        assert not [name for name in leftovers if (folder / name).exists()]
+        assert all((folder / name).read_text() == "kept" for name in others)
+
+
 def test_an_onnx_runtime_upgrade_prepares_again_and_speaks_what_was_sent_meanwhile(tmp_path):
     """`git pull && sudo ./install.sh` with another ONNX Runtime in the lock: the prepared models'
     CPU key changes, so the service prepares them again at its start; what was sent while it did

@@ -14,6 +14,10 @@ connection, before it confirms the intake's subscription (mosquitto, and TCP
 keeps the order). What has not come back RESEND_GRACE_S after that
 confirmation never will (a session ended by `hayakoe-pi forget`, a broker
 restarted without its persistence): its receipt is dropped.
+
+Made once at start, they also clear the state folder of the temporary files
+that writes cut short there left (`durable.remove_leftovers`): received.json,
+written at every message, is the likeliest to leave one.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..durable import FailingWrites, write_durably
+from ..durable import FailingWrites, remove_leftovers, write_durably
 
 log = logging.getLogger("hayakoe_pi")
 
@@ -41,6 +45,7 @@ class Receipts:
         self._writes = FailingWrites(f"cannot save {path}: a restart would count ages anew", f"{path} saved again")
         self._earlier: dict[str, float] = {}  # the last run's, until the broker has handed their messages back
         self._waiting = False
+        remove_leftovers(path.parent)
         self._earlier = self._load()  # (after the two above: it may save)
 
     def _load(self) -> dict[str, float]:

@@ -33,6 +33,7 @@ import yaml
 
 from ..bounds import quoted, quoted_repr
 from .kana import moras, reading_problem
+from .openjtalk import as_mecab_sees, frontend
 
 log = logging.getLogger("hayakoe_pi")
 
@@ -49,12 +50,8 @@ MAX_SURFACE_CHARS = 40
 # sentence (Assist's answers too): such surfaces only at this priority or lower, below OpenJTalk's words.
 FUNCTION_WORD_PRIORITY = 3
 FUNCTION_POS = ("助詞", "助動詞", "接続詞", "フィラー")  # alone, から is read as a conjunction, だ as a filler
-_SURFACE_RE = re.compile(r"[^\W_]+(?:[-・'&.][^\W_]+)*")  # letters, digits, kana, kanji; inner - ・ ' & .
-
-
-def _full_width(text: str) -> str:
-    """As OpenJTalk hands text to MeCab: ASCII in its full-width form."""
-    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in text)
+# letters, digits, kana, kanji; inner - ・ ' & . +, and + at the end (C++, Disney+)
+_SURFACE_RE = re.compile(r"[^\W_]+(?:[-・'&.+][^\W_]+)*\+{0,2}")
 
 
 @dataclass(frozen=True)
@@ -69,7 +66,7 @@ class Entry:
         """One MeCab dictionary line; the ids are left for the compiler to find from the features."""
         # lower wins: 5 (the default) beats a common word OpenJTalk knows (東京), 0 only unknown ones
         cost = 5000 - 800 * self.priority
-        surface = _full_width(self.surface)
+        surface = as_mecab_sees(self.surface)
         return (f"{surface},,,{cost},{KINDS[self.kind]},*,*,{surface},{self.reading},{self.reading},"
                 f"{self.accent}/{moras(self.reading)},*")
 
@@ -86,9 +83,12 @@ def check_entry(data) -> Entry:
     if not isinstance(surface, str) or not surface.strip():
         raise ValueError("surface must be a non-empty text")
     surface = unicodedata.normalize("NFKC", surface.strip())
-    if len(surface) > MAX_SURFACE_CHARS or not _SURFACE_RE.fullmatch(surface) or surface.isdigit():
+    # digits and marks alone would be found in the numbers of every text (21.5℃) and break them
+    if len(surface) > MAX_SURFACE_CHARS or not _SURFACE_RE.fullmatch(surface) or \
+            not any(c.isalpha() for c in surface):
         raise ValueError(f"surface {quoted_repr(surface, MAX_SURFACE_CHARS)} must be one word of letters, kana or "
-                         f"kanji (not only digits), at most {MAX_SURFACE_CHARS} characters")
+                         f"kanji, with digits and - ・ ' & . + inside it if need be (not only digits and marks), "
+                         f"at most {MAX_SURFACE_CHARS} characters")
     reading = data.get("reading")
     if isinstance(reading, str):
         reading = unicodedata.normalize("NFKC", reading.strip())
@@ -113,9 +113,7 @@ def check_entry(data) -> Entry:
 def function_word(surface: str) -> bool:
     """A particle, auxiliary or other grammatical word alone, as OpenJTalk reads it. Uses OpenJTalk:
     call it where no synthesis runs beside (the speech service holds the engine for it)."""
-    import pyopenjtalk
-
-    features = pyopenjtalk.run_frontend(surface)
+    features = frontend(surface)
     return bool(features) and all(f["pos"] in FUNCTION_POS for f in features)
 
 
@@ -131,11 +129,17 @@ def check_guard(entry: Entry, is_function_word: bool) -> None:
                          "that includes it")
 
 
+# How entries become words OpenJTalk finds, and how the front end reads them: a change makes
+# every dictionary compile again and its phrases leave the cache. 2: digits and marks kept
+# (PS5 had lost its 5), - and ' written as MeCab sees them.
+WORDS_FORMAT = 2
+
+
 def fingerprint(entries) -> str:
     """Identity of a set of entries ("" for none): part of the phrase cache's key."""
     if not entries:
         return ""
-    blob = json.dumps(sorted(list(asdict(e).values()) for e in entries), ensure_ascii=False)
+    blob = json.dumps([WORDS_FORMAT, sorted(list(asdict(e).values()) for e in entries)], ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 

@@ -36,9 +36,8 @@ import re
 import threading
 from functools import lru_cache
 
-import pyopenjtalk
-
 from .english_list import READINGS
+from .openjtalk import TooLong, frontend
 from .table import TABLE
 
 __all__ = ["CAPITAL_WORDS", "ENGLISH_WORDS", "JAPANESE_NAMES", "clear_cache", "read_latin_words", "warm_up"]
@@ -68,7 +67,10 @@ def _openjtalk(word: str) -> tuple[str | None, bool]:
     A reading put together from letter names (done → ディー + オン + イー) is
     a reading, but not of a word.
     """
-    features = pyopenjtalk.run_frontend(word)
+    try:
+        features = frontend(word)
+    except TooLong:  # no word of its dictionary is that long
+        return None, False
     if any(f["pos"] == "フィラー" for f in features):
         return None, False
     reading = "".join(f["pron"] for f in features if f["pron"]).replace("’", "")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import pyopenjtalk
 
-from .normalize import replace_punctuation
+from .normalize import protected_word, replace_punctuation
+from .openjtalk import TooLong, frontend
 from .phonemes import PUNCTUATIONS, VOWELS, katakana_to_phonemes
 from .tokenizer import CharTokenizer
 
@@ -33,10 +34,11 @@ class Words:
 def split_words(norm_text: str, features: list[dict] | None = None) -> Words:
     """Words of the normalized text and their readings."""
     if features is None:
-        features = pyopenjtalk.run_frontend(norm_text)
+        features = _features(norm_text)
     surfaces, readings = [], []
     for f in features:
-        surface = replace_punctuation(f["string"])
+        # a user word keeps its digits and marks (PS5, R&D), as normalize_text left it
+        surface = protected_word(f["string"]) or replace_punctuation(f["string"])
         reading = f["pron"].replace("’", "")  # ’ marks devoicing; not a sound
         if reading == "、":
             # Punctuation, or a character OpenJTalk could not read: the latter
@@ -168,8 +170,15 @@ class G2P:
     bert_text: str  # the characters BERT sees
 
 
+def _features(norm_text: str) -> list[dict]:
+    try:
+        return frontend(norm_text)
+    except TooLong as e:
+        raise TextError(str(e)) from None
+
+
 def g2p(norm_text: str) -> G2P:
-    features = pyopenjtalk.run_frontend(norm_text)
+    features = _features(norm_text)
     toned = _tones_without_punctuation(features)
     words = split_words(norm_text, features)
     word_phonemes = []

@@ -1,8 +1,9 @@
 """Text normalization before g2p.
 
 The output holds only what OpenJTalk can read plus seven punctuation marks
-(! ? … , . ' -): kana, kanji, Latin and Greek letters. For ordinary Japanese
-it is identical to Style-Bert-VITS2's normalizer (models were trained on that
+(! ? … , . ' -): kana, kanji, Latin and Greek letters, and the user
+dictionary's words as they are written (PS5, R&D: OpenJTalk finds them so).
+For ordinary Japanese it is identical to Style-Bert-VITS2's normalizer (models were trained on that
 text); numbers, units and acronyms go through our own readings first
 (readings.py), English words through english.py, a reading written into
 the text (明日《アス》, inline.py) replaces its word before anything else, and
@@ -18,6 +19,7 @@ import unicodedata
 from .english import clear_cache, read_latin_words
 from .inline import apply_inline_readings
 from .layout import layout_pauses
+from .openjtalk import as_written
 from .phonemes import PUNCTUATIONS
 from .readings import expand_readings
 
@@ -61,8 +63,20 @@ def protect_words(words: list[str]) -> None:
     clear_cache()
 
 
+def protected_word(mecab_surface: str) -> str | None:
+    """A user word as MeCab found it (ＰＳ５), as it was written (PS5); None for any other word."""
+    protected = _protected
+    if protected is None:
+        return None
+    written = as_written(mecab_surface)
+    return written if protected.fullmatch(written) else None
+
+
 def _readings(text: str) -> str:
-    return read_latin_words(expand_readings(text))
+    """Readings, then only what OpenJTalk can read, of text outside the user's words."""
+    text = read_latin_words(expand_readings(text))
+    text = text.replace("~", "ー").replace("～", "ー").replace("〜", "ー")
+    return replace_punctuation(text)
 
 
 def normalize_text(text: str) -> str:
@@ -71,13 +85,11 @@ def normalize_text(text: str) -> str:
     protected = _protected
     if protected is None:
         text = _readings(text)
-    else:
+    else:  # the user's words as written, digits and marks too (PS5, Wi-Fi6, R&D): OpenJTalk reads them
         parts, last = [], 0
         for m in protected.finditer(text):
             parts += [_readings(text[last:m.start()]), m.group()]
             last = m.end()
         text = "".join(parts) + _readings(text[last:])
-    text = text.replace("~", "ー").replace("～", "ー").replace("〜", "ー")
-    text = replace_punctuation(text)
     # Stray combining (semi-)voiced marks: "あ゛" → "あ".
     return text.replace("\u3099", "").replace("\u309a", "")

@@ -57,13 +57,12 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-import pyopenjtalk
-
 from .english import CAPITAL_WORDS
 from .numbers import english_number as _english_number
 from .numbers import number_to_kanji
 from .numbers import read_number as _read_number
 from .numbers import spoken_digits as _spoken_digits
+from .openjtalk import TooLong, frontend
 from .ranges import mark_ranges
 from .table import TABLE as _DATA
 from .table import alternation
@@ -263,7 +262,10 @@ def _dictionary_acronym(letters: str) -> str | None:
     The reference front end reads such words from the same dictionary, so
     plain text keeps the same sound; unknown ones are spelled by letter names.
     """
-    features = pyopenjtalk.run_frontend(letters)
+    try:
+        features = frontend(letters)
+    except TooLong:  # no word of its dictionary is that long
+        return None
     if len(features) != 1 or features[0]["pos"] != "名詞" or not features[0]["pron"]:
         return None
     return features[0]["pron"].replace("’", "")
