@@ -11,9 +11,10 @@ the broker every `--restart-every` seconds, and samples the daemon's RSS. A
 retained `stop` and a retained volume lie on the broker from the start: the
 daemon is handed them again at every reconnect and must ignore them.
 At the end it prints what happened to every message and the RSS curve, and
-fails (exit 1) if a message got no answer, a valid one was spoken other than
-once, the daemon died, a connection fell other than by a broker restart, or
-a retained command was obeyed.
+fails (exit 1) if a message got no answer (an invalid one with an id: no
+`error` with it), a valid one was spoken other than once, the daemon died,
+a connection fell other than by a broker restart, or a retained command was
+obeyed.
 """
 
 from __future__ import annotations
@@ -32,14 +33,21 @@ sys.path.insert(0, str(REPO / "tests"))
 from harness import DEVICE, AlsaSink, DaemonProcess, Mosquitto, SessionProbe, write_config  # noqa: E402
 
 VALID = ["お風呂が沸きました。", "洗濯機の運転が終わりました。", "リビングは{n}.5℃、湿度{m}%です。",
-         "玄関の鍵が開いています。", "{n}時{m}分になりました。", "CO2濃度は{n}00ppmです。"]
+         "玄関の鍵が開いています。", "{n}時{m}分になりました。", "CO2濃度は{n}00ppmです。",
+         "PS5を起動しました。", "Wi-Fi6のルーターが再起動しました。", "R&D棟の照明を消しました。"]
 INVALID = [b"\xff\xfe", b"", b"{\"text\": 5}", b"{\"text\": \"x\", \"voice\": \"../etc\"}", "😊".encode(),
            b"{\"text\": \"x\", \"speed\": 99}", b"{broken"]
-# (subtopic, payload) on the command topics; the dictionary words are refused, never added
+# invalid with an id: each must be answered `error` with it (a lone surrogate, a whole number too
+# large for a float, one too long to read)
+INVALID_WITH_ID = ['{{"text": "テスト\\ud800です", "id": "{id}"}}', '{{"text": "x", "volume": 1{zeros}, "id": "{id}"}}',
+                   '{{"text": "x", "speed": 5{digits}, "id": "{id}"}}']
+# (subtopic, payload) on the command topics; the dictionary words are refused (PS5 is added: a word with a digit)
 JUNK_COMMANDS = [("dictionary/add", json.dumps({"surface": "バックスラッシュ", "reading": "\\" * 30000})),
                  ("dictionary/add", b"{broken"), ("dictionary/remove", b"\xff\xfe"),
                  ("{device}/volume/set", b"Infinity"), ("{device}/style/set", "x" * 10000),
-                 ("{device}/chime/set", b"../../etc/passwd.wav")]
+                 ("{device}/chime/set", b"../../etc/passwd.wav"),
+                 ("dictionary/add", json.dumps({"surface": "PS5", "reading": "ピーエスファイブ"})),
+                 ("dictionary/add", json.dumps({"surface": "1.5", "reading": "イッテンゴ"}))]
 
 
 def main() -> int:
@@ -65,7 +73,7 @@ def main() -> int:
     probe.client.publish(f"{prefix}/{DEVICE}/volume/set", b"5", qos=1, retain=True).wait_for_publish(5)
     daemon = DaemonProcess(config, sink.home, work / "daemon.log")
     rng = random.Random(0)
-    sent_valid, sent_invalid, rss = [], [], []
+    sent_valid, sent_invalid, sent_bad_ids, rss = [], [], [], []
     junk_commands = restarts = onlines = 0
     try:
         deadline = time.monotonic() + 90
@@ -86,7 +94,12 @@ def main() -> int:
                 probe.client.publish(f"{prefix}/say", json.dumps({"text": text, "id": rid}), qos=1)
                 sent_valid.append(rid)
             elif rng.random() < 0.5:
-                probe.client.publish(f"{prefix}/say", rng.choice(INVALID), qos=1)
+                if rng.random() < 0.5:
+                    probe.client.publish(f"{prefix}/say", rng.choice(INVALID), qos=1)
+                else:
+                    payload = rng.choice(INVALID_WITH_ID).format(id=f"bad{i}", zeros="0" * 400, digits="0" * 5000)
+                    probe.client.publish(f"{prefix}/say", payload, qos=1)
+                    sent_bad_ids.append(f"bad{i}")
                 sent_invalid.append(i)
             else:
                 subtopic, payload = rng.choice(JUNK_COMMANDS)
@@ -124,6 +137,7 @@ def main() -> int:
     errors = [e for e in events if e["event"] == "error"]
     unanswered = [r for r in sent_valid if r not in finished and not any(e.get("id") == r for e in errors)]
     twice = [r for r, n in finished.items() if n > 1]
+    unanswered += [r for r in sent_bad_ids if not any(e.get("id") == r for e in errors)]
     print(f"# soak: {args.minutes:g} min, voice {args.voice}, broker restarted every {args.restart_every:g} s")
     print(f"valid sent {len(sent_valid)}, finished {len(finished)}, spoken twice {len(twice)}, "
           f"unanswered {len(unanswered)}; invalid sent {len(sent_invalid)}, junk commands {junk_commands}, "

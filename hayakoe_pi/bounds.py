@@ -1,10 +1,12 @@
 """How much of what it was sent the daemon repeats: user text quoted up to a fixed length, and no
 publish larger than a broker takes (one it refuses closes the connection, and paho sends it
-again at every reconnect: every Pi on a household topic would be cut off)."""
+again at every reconnect: every Pi on a household topic would be cut off), nor one UTF-8 cannot
+carry (an answer that cannot be encoded is never sent: its message would go unanswered)."""
 
 from __future__ import annotations
 
 import json
+import re
 
 QUOTE_CHARS = 200  # a say's text, a word, a setting's value: quoted at most this long in events and logs
 REASON_CHARS = 1000  # an error's reason, quotes and all
@@ -15,11 +17,26 @@ _LIST_ITEMS = 20  # of a list in an event cut to fit
 _LAST_RESORT = ("event", "device", "id", "code", "action")  # what an event cut to the bone keeps
 
 
+# What UTF-8 cannot carry: a lone surrogate (JSON's "\ud800", a JavaScript string cut inside an emoji)
+_UNENCODABLE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(text: str) -> str:
+    """`text` with what UTF-8 cannot carry replaced by U+FFFD: an answer quoting it can always be sent."""
+    return _UNENCODABLE.sub("\ufffd", text)
+
+
+def unencodable(text: str) -> str | None:
+    """The first character of `text` that UTF-8 cannot carry, else None."""
+    found = _UNENCODABLE.search(text)
+    return found.group() if found else None
+
+
 def quoted(text: str, limit: int = QUOTE_CHARS) -> str:
     """`text` up to `limit` characters; a longer one is cut with a marker that says how long it was."""
     if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… ({len(text)} characters)"
+        return encodable(text)
+    return f"{encodable(text[:limit])}… ({len(text)} characters)"
 
 
 def quoted_repr(value, limit: int = QUOTE_CHARS) -> str:
@@ -33,7 +50,7 @@ def _encode(payload) -> bytes:
     if isinstance(payload, (dict, list)):
         payload = json.dumps(payload, ensure_ascii=False)
     if isinstance(payload, str):
-        payload = payload.encode("utf-8")
+        payload = encodable(payload).encode("utf-8")  # JSON leaves a surrogate as it is, in a string
     return bytes(payload or b"")
 
 

@@ -51,6 +51,7 @@ def app(tmp_path, request):
                 daemon.stop()
 
 
+SURROGATE = '{"text": "テスト\\ud800です", "id": "sur"}'  # a JavaScript string cut inside an emoji
 JUNK = [
     "😀🎉", "{{{{", "。。。！", "ーーー", "🔥" * 50, "}{", "※※※", "♪♪♪",  # nothing readable
     b"\xff\xfe\xfa",  # not UTF-8
@@ -60,26 +61,72 @@ JUNK = [
     '{"text": "ok", "interrupt": 1}', '{"text": "ok", "at": 9999999999}', '{"text": "ok", "max_age": "soon"}',
     '{"text": "ok", "sent": [1]}', '{"text": "ok", "voice": ["a"]}', '{"text": "ok", "color": "red"}',
     '{"text": "ok", "style": {"a": 1}}', '{"text": "😀😀", "interrupt": true}', "[1, 2]",
+    SURROGATE, '{"text": "ok", "volume": 1' + "0" * 400 + "}", '{"text": "ok", "sent": ' + "9" * 5000 + "}",
+    '{"text": "ok", "id": "\\udfff"}', '{"\\ud800": 1, "text": "ok"}', "[" + "1" * 5000 + "]",
+    '{"text": "PS5を起動", "speed": 1' + "0" * 400 + "}", '{"text": "Wi-Fi6\\ud83d", "id": "wifi"}',
 ]
+# Text the front end reads with care (digits and `&` in a word): spoken, each answered
+WORDS_WITH_DIGITS = ["PS5を起動しました。", "Wi-Fi6に繋ぎました。", "x2で再生します。", "R&Dの会議です。"]
 
 
 def test_300_junk_payloads_are_each_answered_and_a_valid_one_is_still_spoken(app):
     """Before: emoji and braces were queued and failed only at their turn, so the queue (20)
     was full for the valid message that came next."""
     sent = [JUNK[i % len(JUNK)] for i in range(300)]
-    for payload in sent:
+    for i, payload in enumerate(sent):
         app.probe.publish("say", payload)
+        if i % 75 == 0:
+            app.probe.publish("say", {"text": WORDS_WITH_DIGITS[i // 75], "id": f"word-{i // 75}"})
     app.probe.publish("say", {"text": "正しいお知らせです。🎉🎉！", "id": "valid"})
-    app.probe.next_event(event="finished", id="valid", timeout=60)
+    app.probe.next_event(event="finished", id="valid", timeout=120)
     errors = events(app.probe, "error")
     assert len(errors) == 300, [e["error"] for e in errors][:20]
-    assert [e["id"] for e in events(app.probe, "queued")] == ["valid"]  # none of the junk waited in the queue
+    words = [f"word-{i}" for i in range(len(WORDS_WITH_DIGITS))]
+    assert [e["id"] for e in events(app.probe, "finished")] == words + ["valid"]
+    assert [e["id"] for e in events(app.probe, "queued")] == words + ["valid"]  # none of the junk waited
     codes = {e.get("code") for e in errors}
     assert {"nothing_to_speak", "too_large", "bad_payload"} <= codes, codes
     log = app.daemon.output()
     assert "JPCommonLabel" not in log and "No phoneme" not in log  # OpenJTalk's C warnings
     assert "\n<0>" not in log  # an id never writes lines of its own into the journal
     assert app.daemon.proc.poll() is None
+
+
+UNREADABLE = [  # (topic, payload, its id): JSON the door parses but cannot take as it is
+    ("say", SURROGATE, "sur"),
+    ("say", '{"text": "はい。", "volume": 1' + "0" * 400 + ', "id": "huge"}', "huge"),  # too large for a float
+    ("prepare", '{"text": "はい。", "at": 1' + "0" * 400 + ', "id": "huge-at"}', "huge-at"),
+    ("say", '{"text": "はい。", "speed": ' + "7" * 5000 + ', "id": "digits"}', "digits"),  # over int()'s 4300
+]
+
+
+def test_a_payload_the_door_cannot_take_is_answered_and_its_id_spoken_later(app):
+    """Before: no answer at all, the message acknowledged (lost), and for the surrogate its id
+    answered `duplicate` until the next restart (the id claimed before the event failed)."""
+    for topic, payload, rid in UNREADABLE:
+        error = app.probe.reply(topic, payload, timeout=30)
+        assert error["event"] == "error" and error["code"] == "bad_payload" and error["id"] == rid, error
+        valid = {"text": "はい。", "id": rid}
+        assert app.probe.reply(topic, valid)["event"] == "finished", rid
+        assert [e["event"] for e in events(app.probe) if e["id"] == rid][-4:-2] == ["error", "queued"], rid
+    sur = next(e for e in events(app.probe, "error") if e["id"] == "sur")
+    assert sur["text"] == "テスト\ufffdです" and "surrogate" in sur["error"], sur
+    assert app.daemon.proc.poll() is None
+
+
+def test_a_prepare_with_interrupt_cuts_nothing(app):
+    """Before: the prepare cut the alert being spoken (`"interrupted": true`), and the alert was
+    never played again, though a prepare plays nothing."""
+    app.probe.publish("say", {"text": LONG, "id": "alert", "priority": "alert"})
+    app.probe.next_event(event="started", id="alert", timeout=60)
+    time.sleep(1.0)
+    app.probe.publish("prepare", {"text": "あとで使う言葉です。", "id": "ahead", "interrupt": True})
+    alert, prepared = app.probe.expect({"event": "finished", "id": "alert"}, {"event": "finished", "id": "ahead"},
+                                       timeout=120)
+    assert "interrupted" not in alert and alert["seconds"] > 10, alert
+    assert prepared["prepare"] is True and "interrupted" not in prepared, prepared
+    finished = [e["id"] for e in events(app.probe, "finished")]
+    assert finished == ["alert", "ahead"], finished  # the prepare waited its turn
 
 
 @pytest.mark.parametrize("app", [{"queue": {"duplicate_window_s": 1.0}}], indirect=True)

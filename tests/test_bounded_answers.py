@@ -125,3 +125,18 @@ def test_an_error_reason_is_cut_where_every_error_is_made():
     answer = error_event("internal error: ValueError: " + "x" * 5000, text="あ" * 300, code="internal")
     assert len(answer["error"]) < REASON_CHARS + 40 and answer["error"].endswith("… (5028 characters)"), answer
     assert answer["text"] == "あ" * 200 + "…" and answer["truncated"] is True
+
+
+def test_an_answer_quoting_text_utf_8_cannot_hold_is_still_sent():
+    """A lone surrogate (JSON's "\\ud800": a JavaScript string cut inside an emoji) in what an
+    event quotes is replaced by U+FFFD. Before: the event could not be encoded, so the message
+    it answered got no answer at all."""
+    from hayakoe_pi.bounds import bounded_payload, quoted
+    from hayakoe_pi.broker.payloads import error_event
+
+    answer = error_event("unknown field '\ud800'", "sur", "テスト\ud800です", "bad_payload")
+    assert answer["text"] == "テスト\ufffdです" and answer["error"] == "unknown field '\ufffd'", answer
+    data, cut = bounded_payload({"event": "finished", "id": "\udfff", "text": "あ\ud83d"}, cuttable=True)
+    assert json.loads(data.decode("utf-8")) == {"event": "finished", "id": "\ufffd", "text": "あ\ufffd"} and not cut
+    assert bounded_payload("テ\ud800", cuttable=False) == ("テ\ufffd".encode(), False)
+    assert quoted("😀\ud800" * 300).startswith("😀\ufffd")

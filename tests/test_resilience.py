@@ -43,6 +43,9 @@ NOT_A_NUMBER = JSON_VALUES.filter(lambda v: isinstance(v, bool) or not isinstanc
 UNSPEAKABLE = st.text(alphabet="😊🎉👍❤️★☆♪→←■□○●◎◆◇△▽※〒＃＆＊＠§¶†‡•…。、！？!?.,-—「」『』（）()[]{}<>/\\|~^`'\"",
                       min_size=1, max_size=30).filter(lambda t: t.strip())
 CONTROL = st.sampled_from([chr(c) for c in range(32) if chr(c) not in "\t\n\r"])
+STRING_FIELDS = st.sampled_from(["text", "id", "voice", "style", "chime", "priority"])
+NUMBER_FIELDS = st.sampled_from(["speed", "volume", "at", "max_age", "sent"])
+WORDS_WITH_DIGITS = st.sampled_from(["PS5", "Wi-Fi6", "x2", "R&D"])
 
 
 def _json(**fields):
@@ -75,6 +78,16 @@ BAD_PAYLOADS = st.one_of(
         lambda v: v is not None and not (isinstance(v, int) and not isinstance(v, bool)))),
     # JSON-shaped but broken (`{笑}…` without a quote is text, and spoken: test_speech.py)
     st.sampled_from([b'{"text": not json', b'{"text": "x",}', b"[1, 2, 3]", b"{}", b'{"text": null}']),
+    # a lone surrogate (JSON's "\ud800"), as a JavaScript string cut inside an emoji sends it
+    st.builds(lambda k, a, s: json.dumps({"text": "はい", k: a + chr(s)}).encode(), STRING_FIELDS,
+              st.text("あいう", max_size=5), st.integers(0xD800, 0xDFFF)),
+    st.builds(lambda k, v: _json(text="はい", **{k: v}), NUMBER_FIELDS,  # whole numbers too large for a float
+              st.integers(2 ** 1024, 10 ** 1000) | st.integers(-10 ** 1000, -2 ** 1024)),
+    st.builds(lambda k, n: f'{{"text": "はい", "{k}": {"9" * n}}}'.encode(),  # over int()'s 4300 digits
+              st.sampled_from(["text", "id", *NUMBER_FIELDS.elements]), st.integers(4301, 6000)),
+    # words the front end reads with care (digits, `&`), each with something wrong beside it
+    st.builds(lambda w, c: f"{w}{c}を起動しました".encode(), WORDS_WITH_DIGITS, CONTROL),
+    st.builds(lambda w: _json(text=f"{w}を起動しました", volume=10 ** 400), WORDS_WITH_DIGITS),
 )
 
 

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..bounds import QUOTE_CHARS, REASON_CHARS, quoted, quoted_repr
+from ..bounds import QUOTE_CHARS, REASON_CHARS, encodable, quoted, quoted_repr, unencodable
 from ..sound.chime import CHOICES as CHIME_CHOICES, chime_choice
 from ..synthesis.engine import SPEED_RANGE
 from ..speech.service import SpeechError, SpeechService, check_number
@@ -116,6 +116,7 @@ def parse_say(payload: bytes, service: SpeechService, play: bool = True, chime_f
     else:  # plain text, also when it starts with a brace: {笑}ただいま
         request = SayRequest(id=_new_id(), text=raw)
     request.play = play
+    request.interrupt = request.interrupt and play  # a prepare plays nothing, so it cuts nothing either
     request.digest = payload_digest(payload)
     try:
         request.text = service.check_text(request.text)
@@ -124,9 +125,50 @@ def parse_say(payload: bytes, service: SpeechService, play: bool = True, chime_f
     return request
 
 
+class _LongNumber:
+    """A JSON number of more digits than int() reads (Python's limit: 4,300), kept to be refused."""
+
+    def __init__(self, digits: str):
+        self.digits = len(digits.lstrip("-"))
+
+
+def _whole_number(digits: str) -> int | _LongNumber:
+    try:
+        return int(digits)
+    except ValueError:
+        return _LongNumber(digits)
+
+
+def _untakeable(data: dict) -> str | None:
+    """Why JSON that parsed cannot be taken as it is, else None: a string that UTF-8 cannot carry
+    (a lone surrogate) or a number too long to read, in any field, nested or not, or a name."""
+    waiting = [(name, name) for name in data] + list(data.items())  # (the field, a value in it)
+    while waiting:  # not recursive: JSON nested a thousand deep is still a payload
+        name, value = waiting.pop()
+        if isinstance(value, _LongNumber):
+            return f"{quoted_repr(name, 40)} holds a number of {value.digits} digits, too long to read"
+        if isinstance(value, str) and (bad := unencodable(value)):
+            return (f"{quoted_repr(name, 40)} holds a lone surrogate (\\u{ord(bad):04x}), which UTF-8 cannot "
+                    "carry: text cut inside an emoji?")
+        if isinstance(value, dict):
+            waiting += [(name, key) for key in value] + [(name, v) for v in value.values()]
+        elif isinstance(value, list):
+            waiting += [(name, v) for v in value]
+    return None
+
+
+def _number(value, name: str, low: float, high: float) -> float:
+    """check_number, also for a whole number too large for a float (JSON sets no bound)."""
+    try:
+        return check_number(value, name, low, high)
+    except OverflowError:
+        span = f" ({low:g} to {high:g})" if math.isfinite(high) else ""
+        raise ValueError(f"{name} is a whole number of {len(str(abs(value)))} digits: too large{span}") from None
+
+
 def _parse_json(raw: str, service: SpeechService, chime_file=None) -> SayRequest:
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_int=_whole_number)
     except (json.JSONDecodeError, RecursionError) as e:
         if raw.lstrip().startswith("["):  # "[お知らせ]…" is text, not broken JSON
             return SayRequest(id=_new_id(), text=raw)
@@ -137,11 +179,13 @@ def _parse_json(raw: str, service: SpeechService, chime_file=None) -> SayRequest
     if rid is not None and (isinstance(rid, bool) or not isinstance(rid, (str, int))
                             or not 0 < len(str(rid)) <= MAX_ID_CHARS):
         raise PayloadError(f"id must be a string or integer of at most {MAX_ID_CHARS} characters")
-    if isinstance(rid, str) and any(ord(c) < 32 or 127 <= ord(c) < 160 for c in rid):
-        raise PayloadError("id must not contain control characters")
+    if isinstance(rid, str) and (any(ord(c) < 32 or 127 <= ord(c) < 160 for c in rid) or unencodable(rid)):
+        raise PayloadError("id must not contain control characters or lone surrogates")
     rid = str(rid) if rid is not None else _new_id()
     text = data.get("text")
     said = text if isinstance(text, str) else None
+    if problem := _untakeable(data):
+        raise PayloadError(problem, rid, said)
     try:
         unknown = sorted(k for k in data if k not in REQUEST_FIELDS)
         if unknown:
@@ -155,9 +199,9 @@ def _parse_json(raw: str, service: SpeechService, chime_file=None) -> SayRequest
         if data.get("style") is not None:
             request.style = service.check_style(data["style"], request.voice or service.current_voice())
         if data.get("speed") is not None:
-            request.speed = check_number(data["speed"], "speed", *SPEED_RANGE)
+            request.speed = _number(data["speed"], "speed", *SPEED_RANGE)
         if data.get("volume") is not None:
-            request.volume = check_number(data["volume"], "volume", 0, 100) / 100
+            request.volume = _number(data["volume"], "volume", 0, 100) / 100
         if data.get("interrupt") is not None:
             if not isinstance(data["interrupt"], bool):
                 raise ValueError("interrupt must be true or false")
@@ -167,7 +211,7 @@ def _parse_json(raw: str, service: SpeechService, chime_file=None) -> SayRequest
             if request.at is not None:
                 request.at_steady = time.monotonic() + (request.at - time.time())
         if data.get("max_age") is not None:
-            request.max_age = check_number(data["max_age"], "max_age (seconds)", *MAX_AGE_RANGE)
+            request.max_age = _number(data["max_age"], "max_age (seconds)", *MAX_AGE_RANGE)
         if data.get("chime") is not None:
             request.chime = parse_chime(data["chime"], chime_file)
         if data.get("priority") is not None:
@@ -198,7 +242,7 @@ def parse_chime(value, chime_file=None) -> bool | str:
 def parse_at(value, now: float | None = None) -> float | None:
     """The "at" field: a Unix time in seconds; one already past means now (None)."""
     now = time.time() if now is None else now
-    at = check_number(value, "at (a Unix time in seconds)", 0, math.inf)
+    at = _number(value, "at (a Unix time in seconds)", 0, math.inf)
     if at > now + AT_MAX_AHEAD_SECONDS:
         raise ValueError(f"at is {at - now:.0f} s ahead of this device's clock; at most "
                          f"{AT_MAX_AHEAD_SECONDS:g} s is accepted (is the sender's clock right?)")
@@ -208,7 +252,7 @@ def parse_at(value, now: float | None = None) -> float | None:
 def parse_sent(value) -> float:
     """The "sent" field: a Unix time in seconds; one in milliseconds is refused (its age would be
     negative: the message would never expire)."""
-    sent = check_number(value, "sent (a Unix time in seconds)", 0, math.inf)
+    sent = _number(value, "sent (a Unix time in seconds)", 0, math.inf)
     if sent > SENT_MAX:
         raise ValueError(f"sent must be a Unix time in seconds, got {sent:.0f}: milliseconds? "
                          f"(in Home Assistant: {{{{ now().timestamp() }}}}, or {sent / 1000:.0f})")
@@ -257,8 +301,8 @@ def _quoted_text(text: str | None) -> dict:
     if not isinstance(text, str):
         return {"text": None}
     if len(text) <= EVENT_TEXT_CHARS:
-        return {"text": text}
-    return {"text": text[:EVENT_TEXT_CHARS] + "…", "truncated": True}
+        return {"text": encodable(text)}
+    return {"text": encodable(text[:EVENT_TEXT_CHARS]) + "…", "truncated": True}
 
 
 def event(kind: str, request: SayRequest, **extra) -> dict:

@@ -37,20 +37,23 @@ class Admission:
         self._ahead_logged = False
 
     def refusal(self, request: SayRequest) -> str | None:
-        """"duplicate" or "poison" for a message not to queue, else None (it is then in hand)."""
+        """"duplicate" or "poison" for a message not to queue, else None (then admit() it)."""
         if self.deaths.get(request.digest, 0) >= POISON_DEATHS:
             return "poison"
-        now = time.monotonic()
         with self._lock:
             until = self._ids.get(request.id, 0.0)
-            if until is None or until > now:
-                return "duplicate"
+            return "duplicate" if until is None or until > time.monotonic() else None
+
+    def admit(self, request: SayRequest) -> None:
+        """The message is queued: dated, its id in hand (a duplicate) until it is answered. Only
+        now: a message refused, or lost on the way in, leaves its id to the next one."""
+        request.received = self.receipts.first(request.digest, request.packet_id, request.redelivered)
+        self._date(request)
+        now = time.monotonic()
+        with self._lock:
             if len(self._ids) >= PRUNE_AT:
                 self._ids = {k: v for k, v in self._ids.items() if v is None or v > now}
             self._ids[request.id] = None
-        request.received = self.receipts.first(request.digest, request.packet_id, request.redelivered)
-        self._date(request)
-        return None
 
     def _date(self, request: SayRequest) -> None:
         """How old the request is now, on arrival: the wall clock only against `sent` or an earlier
@@ -66,7 +69,7 @@ class Admission:
 
     def answered(self, request: SayRequest, admitted: bool = True) -> None:
         """The request has its last event: its id stays a duplicate for the window, and the broker
-        will not hand the message over again. `admitted`: refusal() had let it in."""
+        will not hand the message over again. `admitted`: admit() had let it in."""
         if admitted:
             with self._lock:
                 if request.id in self._ids:

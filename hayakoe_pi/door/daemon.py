@@ -24,6 +24,7 @@ from pathlib import Path
 
 from . import sdnotify
 from .admission import Admission
+from .intake import Intake
 from ..settings.announcements import AnnouncementSettings, playing_volume
 from ..synthesis.ahead import SynthesisAhead
 from ..sound.player import AudioError, Player, check_device, rescan_devices
@@ -36,7 +37,7 @@ from ..synthesis.engine import TextError
 from ..models.store import ModelStore
 from .progress import PrepareSteps
 from ..broker.link import BrokerLink
-from ..broker.payloads import PayloadError, SayRequest, event, parse_say
+from ..broker.payloads import SayRequest, event
 from .receipts import Receipts
 from .reports import Reports
 from .speaking import SpeakingRecord, died_speaking
@@ -99,6 +100,8 @@ class Daemon:
         self.busy = False
         self.speaking: SynthesisAhead | None = None  # the utterance in progress
         self.worker = threading.Thread(target=self._work, name="speaker", daemon=True)
+        self.intake = Intake(self.speech, self.chimes.resolve, self.admission, self.reports, self.queue, self.cond,
+                             self.cut, config.queue.max_length)
         self.wyoming = None  # the Wyoming server for Home Assistant Assist, when enabled
         if config.wyoming.enabled:
             from ..wyoming import WyomingServer
@@ -174,48 +177,8 @@ class Daemon:
 
     def on_request(self, topic: str, payload: bytes, ack=None, packet_id: int = 0, redelivered: bool = False) -> None:
         """A say or prepare message; `ack()` once it has its last event (the broker keeps it until then)."""
-        self.submit(payload, play=topic in (self.topics.say, self.topics.room_say), ack=ack or (lambda: None),
-                    packet_id=packet_id, redelivered=redelivered)
-
-    def submit(self, payload: bytes, play: bool = True, ack=lambda: None, packet_id: int = 0,
-               redelivered: bool = False) -> SayRequest | None:
-        try:
-            request = parse_say(payload, self.speech, play, self.chimes.resolve)
-        except PayloadError as e:
-            self.reports.error(str(e), e.request_id, e.text, e.code)
-            ack()
-            return None
-        request.ack, request.packet_id, request.redelivered = ack, packet_id, redelivered
-        with self.cond:
-            limit = self.config.queue.max_length
-            if len(self.queue) >= limit:  # interrupt too: nothing queued is ever dropped for a newcomer
-                self.reports.error(f"queue full ({limit} waiting); try again later", request.id, request.text,
-                                   "queue_full")
-                ack()
-                return None
-            refusal = self.admission.refusal(request)
-            if refusal == "duplicate":
-                # answered, so an automation waiting for this id hears why nothing more comes
-                log.info("ignoring message id %r: already received", request.id)
-                self._event("duplicate", request)
-                ack()
-                return None
-            if refusal == "poison":
-                log.error("not speaking %r again: the daemon died while speaking it twice", request.id)
-                self._final_error("not spoken: the daemon died twice while speaking this message", request,
-                                  "poison", admitted=False)
-                return None
-            self._event("queued", request)
-            if request.interrupt:
-                self.queue.appendleft(request)
-                self.cut.set()
-            elif request.alert:  # before every waiting message, after the alerts already waiting
-                ahead = next((i for i, r in enumerate(self.queue) if not r.alert), len(self.queue))
-                self.queue.insert(ahead, request)
-            else:
-                self.queue.append(request)
-            self.cond.notify()
-        return request
+        self.intake.submit(payload, play=topic in (self.topics.say, self.topics.room_say), ack=ack or (lambda: None),
+                           packet_id=packet_id, redelivered=redelivered)
 
     def stop_all(self) -> None:
         with self.cond:
@@ -371,9 +334,9 @@ class Daemon:
         self.admission.answered(request)
         request.ack()
 
-    def _final_error(self, reason: str, request: SayRequest, code: str, admitted: bool = True) -> None:
+    def _final_error(self, reason: str, request: SayRequest, code: str) -> None:
         self.reports.error(reason, request.id, request.text, code)
-        self.admission.answered(request, admitted)
+        self.admission.answered(request)
         request.ack()
 
 
