@@ -111,6 +111,12 @@ class Daemon:
     # --- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.interrupted is not None:  # the last run died while speaking this
+            # queued before anything can be spoken: the first publish once connected, so a run that
+            # dies again at once (the same message) has still told of the last death
+            log.warning("the last run was cut while speaking %r", self.interrupted["id"])
+            self.reports.event({"event": "interrupted", **self.interrupted})
+            self.interrupted = None
         self.worker.start()
         self.link.start()
         if self.wyoming is not None:
@@ -320,10 +326,6 @@ class Daemon:
     def _on_connected(self) -> None:
         self.reports.online(self.busy)
         self.admission.receipts.intake_subscribed()  # the broker has handed back what it held
-        if self.interrupted is not None:  # the last run died while speaking this
-            log.warning("the last run was cut while speaking %r", self.interrupted["id"])
-            self.reports.event({"event": "interrupted", **self.interrupted})
-            self.interrupted = None
 
     def _event(self, kind: str, request: SayRequest, **extra) -> None:
         self.reports.event(event(kind, request, **extra))
