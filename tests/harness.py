@@ -778,6 +778,8 @@ def write_config(path: Path, port: int, prefix: str, workdir: Path, **sections) 
         "audio": {"retry_seconds": 0.5, "lead_in_ms": 0, "keep_open_s": 0},
         "cache": {"dir": str(workdir / "cache"), "max_mb": 50},
         "state": {"file": str(workdir / "state" / "state.json")},
+        # the test's own: the default (/var/lib/hayakoe-pi) would carry words from test to test
+        "dictionary": {"file": str(workdir / "state" / "dictionary.yaml")},
         "log": {"level": "DEBUG"},
     }
     for section, values in sections.items():
@@ -845,9 +847,10 @@ def running_daemon(work: Path, port: int, prefix: str, probe, sink_kwargs: dict 
 @slow(REALTIME_CARD)
 @contextmanager
 def appliance(work: Path, make_probe=None, sink_kwargs: dict | None = None, env: dict | None = None,
-              cores: set[int] | None = None, **config_sections):
-    """A private broker, a probe (`make_probe(port, prefix)`, default Probe) and the daemon."""
-    broker = Mosquitto(work / "broker").start()
+              cores: set[int] | None = None, broker_conf: dict | None = None, **config_sections):
+    """A private broker (`broker_conf`: Mosquitto's arguments), a probe (`make_probe(port, prefix)`,
+    default Probe) and the daemon."""
+    broker = Mosquitto(work / "broker", **(broker_conf or {})).start()
     prefix = f"hk{broker.port}"
     probe = (make_probe or Probe)(broker.port, prefix)
     try:

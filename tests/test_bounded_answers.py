@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness import Mosquitto, Probe, running_daemon, wait_for
+from harness import Mosquitto, Probe, appliance, running_daemon, wait_for
 
 BACKSLASHES = "\\" * 30000  # 60 KB as JSON, under the broker's limit; JSON-escaped again, twice that
 
@@ -22,16 +22,8 @@ def statuses(probe) -> list[bytes]:
 @pytest.fixture
 def installed(tmp_path):
     """The daemon on a broker configured as install.sh configures it."""
-    broker = Mosquitto(tmp_path / "broker", as_installed=True).start()
-    prefix = f"hk{broker.port}"
-    probe = Probe(broker.port, prefix)
-    try:
-        with running_daemon(tmp_path, broker.port, prefix, probe) as app:
-            app.broker = broker
-            yield app
-    finally:
-        probe.close()
-        broker.stop()
+    with appliance(tmp_path, broker_conf={"as_installed": True}) as app:
+        yield app
 
 
 def test_a_60_kb_dictionary_message_cuts_no_pi_off(installed):

@@ -15,7 +15,7 @@ import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from harness import Mosquitto, Probe, running_daemon, wait_for
+from harness import appliance, wait_for
 
 LIMIT = 600  # the broker's max_packet_size
 SETTINGS = ("status", "state", "event", "volume", "voice", "style", "chime", "quiet_hours")  # the daemon's
@@ -58,16 +58,8 @@ def named_in_log(text: str) -> list[str]:
 
 @pytest.fixture
 def strict(tmp_path):
-    broker = Mosquitto(tmp_path / "broker", extra_conf=f"allow_anonymous true\nmax_packet_size {LIMIT}\n").start()
-    prefix = f"hk{broker.port}"
-    probe = Probe(broker.port, prefix)
-    try:
-        with running_daemon(tmp_path, broker.port, prefix, probe) as app:
-            app.broker = broker
-            yield app
-    finally:
-        probe.close()
-        broker.stop()
+    with appliance(tmp_path, broker_conf={"extra_conf": f"allow_anonymous true\nmax_packet_size {LIMIT}\n"}) as app:
+        yield app
 
 
 def test_a_refused_discovery_config_costs_that_config_and_nothing_else(strict):

@@ -55,8 +55,9 @@ def test_clients_that_never_read_are_dropped_and_others_still_served(app):
         log = app.daemon.output
         wait_for(lambda: "refusing 127.0.0.15: 16 clients connected already" in log(), 5,
                  what="the 4 over the limit refused")
-        # the 16 let in are dropped once they have not read for write_timeout_s
-        wait_for(lambda: log().count("stopped reading for 2 s: disconnected") == 16, 60,
+        # the 16 let in (the first of 127.0.0.15 in the place of one of 127.0.0.11, which holds none
+        # then) are dropped once they have not read for write_timeout_s, that one of .11 perhaps too
+        wait_for(lambda: log().count("stopped reading for 2 s: disconnected") >= 16, 60,
                  what="the clients that never read to be dropped")
         seconds = asyncio.run(served_in(app.wyoming_port, "お風呂が沸きました。"))
         assert seconds < 2.0, seconds
