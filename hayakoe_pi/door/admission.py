@@ -44,11 +44,15 @@ class Admission:
             until = self._ids.get(request.id, 0.0)
             return "duplicate" if until is None or until > time.monotonic() else None
 
-    def admit(self, request: SayRequest) -> None:
-        """The message is queued: dated, its id in hand (a duplicate) until it is answered. Only
-        now: a message refused, or lost on the way in, leaves its id to the next one."""
+    def date(self, request: SayRequest) -> None:
+        """On arrival, before anything is published of it: its receipt, and how old it is now
+        (a wall clock stepped once its `queued` is out must not age it)."""
         request.received = self.receipts.first(request.digest, request.packet_id, request.redelivered)
         self._date(request)
+
+    def admit(self, request: SayRequest) -> None:
+        """The message is queued: its id in hand (a duplicate) until it is answered. Only now: a
+        message refused, or lost on the way in, leaves its id to the next one."""
         now = time.monotonic()
         with self._lock:
             if len(self._ids) >= PRUNE_AT:

@@ -63,6 +63,7 @@ class Intake:
                 self.admission.answered(request, admitted=False)
                 request.ack()
                 return None
+            self.admission.date(request)
             self.reports.event(event("queued", request))
             self.admission.admit(request)  # its id taken only once nothing more can fail on the way in
             self._place(request)
