@@ -13,8 +13,13 @@ class ModelError(Exception):
     """A model file is missing, unreadable or does not fit the others."""
 
 
+def _reason(e: Exception) -> str:
+    """ONNX Runtime's message, its first line (the rest is a stack of its own)."""
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
 def unreadable(what: str, path: Path, e: Exception) -> ModelError:
-    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    reason = _reason(e)
     return ModelError(f"{what} {path} cannot be loaded ({reason}); the file is probably truncated "
                       "or corrupted: download it again")
 
@@ -29,6 +34,6 @@ class DerivedFileError(ModelError):
 
 
 def unreadable_derived(what: str, copy: Path, e: Exception) -> DerivedFileError:
-    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    reason = _reason(e)
     return DerivedFileError(f"the prepared copy of the {what}, {copy}, cannot be loaded ({reason}); "
                             "`hayakoe-pi prepare` makes it again", copy, reason)
