@@ -224,7 +224,8 @@ class Player:
 
         from ..synthesis.ahead import SynthesisAhead
 
-        ahead = source if isinstance(source, SynthesisAhead) else SynthesisAhead.of_chunks(source, sample_rate)
+        # a synthesis (or a shared view of one: speech/shared.py) is read by index; plain chunks are wrapped
+        ahead = source if hasattr(source, "can_flow") else SynthesisAhead.of_chunks(source, sample_rate)
         self._progress = progress
         self.underruns = 0
         stop = stop or _NEVER

@@ -24,6 +24,7 @@ import numpy as np
 from ..synthesis.ahead import SynthesisAhead, synthesize_ahead
 from ..bounds import quoted
 from .cache import PhraseCache, cache_key, voice_fingerprint
+from .shared import SharedSyntheses
 from ..settings.config import voice_styles
 from ..durable import write_durably
 from ..synthesis.engine import Engine
@@ -139,21 +140,33 @@ class Choice:
 
 
 class Utterance:
-    """The audio of one text: cached, or being synthesized ahead of its listener.
+    """The audio of one text: cached, synthesized ahead of its listener, or borrowed from a voice server.
 
     `ahead` gives the pieces either way. Call `close(completed)` at the end:
     a synthesis that ran to its end, for a listener who heard it all, is
-    stored in the phrase cache.
+    stored in the phrase cache. `shared_with`: how many other listeners read
+    the same synthesis (speech/shared.py). `fallback`: why a room on a voice
+    server synthesized this itself; `not_passed`: what a server that is not
+    a hayakoe-pi could not be told.
     """
 
-    def __init__(self, ahead: SynthesisAhead, cached: bool, store_as: tuple[PhraseCache, str, int] | None):
+    def __init__(self, ahead, cached: bool, store_as: tuple[PhraseCache, str, int] | None, shared_with: int = 0,
+                 fallback: str | None = None, not_passed: tuple[str, ...] = ()):
         self.ahead, self.cached, self._store_as = ahead, cached, store_as
+        self.shared_with, self.fallback, self.not_passed = shared_with, fallback, not_passed
 
     def close(self, completed: bool) -> None:
-        self.ahead.cancel()  # stops synthesis after the window in progress
-        if completed and self._store_as is not None and self.ahead.complete:
+        self.ahead.cancel()  # stops synthesis after the window in progress (once no one else reads it)
+        if completed and self._store_as is not None and self.ahead.complete and self.ahead.store_once():
             cache, key, rate = self._store_as
             cache.put(key, rate, self.ahead.audio())
+
+    def extra(self) -> dict:
+        """What the request's events tell of how it was made."""
+        extra = {"fallback": self.fallback} if self.fallback else {}
+        if self.not_passed:
+            extra["not_passed"] = list(self.not_passed)
+        return extra
 
 
 class SpeechService:
@@ -166,6 +179,7 @@ class SpeechService:
         self.dictionary, self.dictionary_build_dir = dictionary, dictionary_build_dir
         self.default_style, self.speed, self.style_weight = style, speed, style_weight
         self.max_text_chars = max_text_chars
+        self.syntheses = SharedSyntheses()
         self.lock = threading.Lock()  # the selection: read by every request, changed by commands
         self.dictionary_lock = threading.Lock()  # one change of the words at a time; speech never waits for it
         settle_selection(selection, store.voices(), self.styles, voice, style)
@@ -242,20 +256,36 @@ class SpeechService:
 
     # --- audio ---------------------------------------------------------------------------
 
-    def utterance(self, text: str, choice: Choice, speed: float | None = None, progress=None) -> Utterance:
-        """`text` (checked) spoken with `choice`: from the phrase cache, else synthesized ahead."""
-        speed = self.speed if speed is None else speed
+    def _key(self, text: str, choice: Choice, speed: float) -> str:
         shaped_by = list(choice.fingerprint)
         words = active_words()
         if words:  # a phrase read with other user words is another phrase
             shaped_by.append(words)
-        key = cache_key(text, choice.voice, choice.style, self.style_weight, speed, shaped_by)
+        return cache_key(text, choice.voice, choice.style, self.style_weight, speed, shaped_by)
+
+    def under_way(self, text: str, choice: Choice, speed: float | None = None) -> bool:
+        """The same request is being synthesized now: a new one reads it (no turn of its own needed)."""
+        return self.syntheses.running(self._key(text, choice, self.speed if speed is None else speed))
+
+    def utterance(self, text: str, choice: Choice, speed: float | None = None, progress=None) -> Utterance:
+        """`text` (checked) spoken with `choice`: from the phrase cache, else synthesized ahead,
+        once for every request of the same text at the same time."""
+        speed = self.speed if speed is None else speed
+        key = self._key(text, choice, speed)
         cached = self.cache.get(key, choice.sample_rate)
         if cached is not None:
             return Utterance(SynthesisAhead.of_chunks([cached], choice.sample_rate), True, None)
-        ahead = synthesize_ahead(self.engine, text, voice=choice.voice, progress=progress, style=choice.style,
-                                 style_weight=self.style_weight, speed=speed)
-        return Utterance(ahead, False, (self.cache, key, choice.sample_rate))
+
+        def start() -> SynthesisAhead:
+            log.info("synthesizing %d characters with %s/%s", len(text), choice.voice, choice.style)
+            return synthesize_ahead(self.engine, text, voice=choice.voice, progress=progress, style=choice.style,
+                                    style_weight=self.style_weight, speed=speed)
+
+        ahead, others = self.syntheses.read(key, start)
+        if others:
+            log.info("%d characters with %s/%s: synthesis under way read by one more (%d in all)", len(text),
+                     choice.voice, choice.style, others + 1)
+        return Utterance(ahead, False, (self.cache, key, choice.sample_rate), shared_with=others)
 
     def pause_after(self, text: str, audio: np.ndarray, sample_rate: int) -> np.ndarray:
         """The silence to put after `text` (spoken as `audio`) when more speech follows."""

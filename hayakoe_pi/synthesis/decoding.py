@@ -43,6 +43,24 @@ class Piece:
     frames: int = 0  # latent frames decoded for it, margins included
     on_lane: bool = False  # decoded beside another window (decode_seconds is not the decoder's alone)
 
+    def described(self) -> dict:
+        """What a room needs to schedule this piece, sent with its audio over Wyoming (no audio)."""
+        return {"sentence": self.sentence, "pause": self.pause, "offset": self.offset,
+                "sentence_samples": self.sentence_samples, "windows": [list(w) for w in self.windows],
+                "decode_seconds": self.decode_seconds, "frames": self.frames, "on_lane": self.on_lane,
+                "samples": int(self.audio.size)}
+
+    @classmethod
+    def from_description(cls, data: dict, audio: np.ndarray) -> "Piece":
+        """The piece a voice server described (`described`); ValueError for what is not one."""
+        try:
+            return cls(audio, int(data["sentence"]), bool(data["pause"]), int(data["offset"]),
+                       int(data["sentence_samples"]),
+                       tuple((int(a), int(b), int(c)) for a, b, c in data["windows"]),
+                       float(data["decode_seconds"]), int(data["frames"]), bool(data["on_lane"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"not a piece description: {type(e).__name__}: {e}") from None
+
     @property
     def starts_sentence(self) -> bool:
         return not self.pause and self.offset == 0

@@ -29,14 +29,15 @@ from wyoming.info import Describe
 from wyoming.ping import Ping, Pong
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
+from ..remote.protocol import ROOM_PIECE, ROOM_REQUEST, ROOM_SAMPLES_PER_CHUNK, RoomRequest
 from ..sound.player import to_pcm16
-from ..synthesis.engine import TextError
 from ..synthesis.sentences import SENTENCE_ENDS, split_sentences
-from ..speech.service import Choice, SpeechError, SpeechService
+from ..speech.service import Choice, SpeechError, SpeechService, check_number
+from ..synthesis.engine import SPEED_RANGE, TextError
 from .announce import LANGUAGES
 from .connection import Connection
 from .events import RequestError
-from .limits import MAX_UNKNOWN_EVENTS, Connections, ReadPace
+from .limits import MAX_UNKNOWN_EVENTS, Connections, FreeTurn, ReadPace
 
 log = logging.getLogger("hayakoe_pi.wyoming")
 
@@ -184,13 +185,31 @@ class Handler(Connection):
 
     async def _synthesize(self, event: Event) -> None:
         text = self._checked_now(self.speech.check_text, event.data.get("text"))
+        room = self._room_request(event.data.get(ROOM_REQUEST))
         choice = await self._choose(event.data)
         started = time.monotonic()
         self.out = self._audio_out(choice)
-        cached, _ = await self._speak(text, choice, errors=True)
+        if room is not None:  # the rate at once: the room opens its card before the first audio
+            await self._start_audio()
+        cached, _ = await self._speak(text, choice, errors=True, room=room)
         await self._end_audio()
-        log.info("wyoming: %s: spoke %d characters with %s/%s%s in %.2f s", self.peer, len(text),
-                 choice.voice, choice.style, " (cached)" if cached else "", time.monotonic() - started)
+        log.info("wyoming: %s: spoke %d characters with %s/%s%s%s in %.2f s", self.peer, len(text),
+                 choice.voice, choice.style, " for a room" if room is not None else "",
+                 " (cached)" if cached else "", time.monotonic() - started)
+
+    @staticmethod
+    def _room_request(data) -> RoomRequest | None:
+        """What a room of this project adds to a synthesize (its speed), checked."""
+        if data is None:
+            return None
+        if not isinstance(data, dict):
+            raise RequestError(f"{ROOM_REQUEST!r} must be an object", "bad-request")
+        speed = data.get("speed")
+        try:
+            speed = None if speed is None else check_number(speed, "speed", *SPEED_RANGE)
+        except ValueError as e:
+            raise RequestError(str(e), "bad-speed") from None
+        return RoomRequest(speed)
 
     async def _stream_start(self, event: Event) -> None:
         if self.stream is not None:
@@ -256,12 +275,29 @@ class Handler(Connection):
     def _audio_out(self, choice: Choice) -> AudioOut:
         return AudioOut(choice.sample_rate, ReadPace(choice.sample_rate, self.connections.write_timeout))
 
-    async def _send_audio(self, audio: np.ndarray) -> None:
+    async def _start_audio(self) -> None:
         out = self.out
         if not out.started:
-            # sent with the first audio, so a request refused by the engine gets only its error
             await self.write_event(AudioStart(rate=out.rate, width=2, channels=1, timestamp=0).event())
             out.started = True
+
+    async def _send_piece(self, piece) -> None:
+        """A piece for a room: its description on its first chunk, the audio in large chunks."""
+        out = self.out
+        pcm = to_pcm16(piece.audio).tobytes()
+        step = ROOM_SAMPLES_PER_CHUNK * 2
+        for i in range(0, max(len(pcm), 1), step):
+            chunk = AudioChunk(rate=out.rate, width=2, channels=1, audio=pcm[i:i + step],
+                               timestamp=out.samples_sent * 1000 // out.rate).event()
+            if i == 0:
+                chunk.data[ROOM_PIECE] = piece.described()
+            out.samples_sent += len(pcm[i:i + step]) // 2
+            await self.write_event(chunk)
+
+    async def _send_audio(self, audio: np.ndarray) -> None:
+        out = self.out
+        # sent with the first audio, so a request refused by the engine gets only its error
+        await self._start_audio()
         out.play_end = max(out.play_end, time.monotonic()) + audio.size / out.rate
         pcm = to_pcm16(audio).tobytes()
         step = SAMPLES_PER_CHUNK * 2
@@ -273,28 +309,37 @@ class Handler(Connection):
 
     async def _end_audio(self) -> None:
         out = self.out
-        if not out.started:
-            await self.write_event(AudioStart(rate=out.rate, width=2, channels=1, timestamp=0).event())
-            out.started = True
+        await self._start_audio()
         await self.write_event(AudioStop(timestamp=out.samples_sent * 1000 // out.rate).event())
 
-    async def _speak(self, text: str, choice: Choice, errors: bool,
-                     lead: np.ndarray | None = None) -> tuple[bool, np.ndarray] | None:
+    async def _speak(self, text: str, choice: Choice, errors: bool, lead: np.ndarray | None = None,
+                     room: RoomRequest | None = None) -> tuple[bool, np.ndarray] | None:
         """Send `text` spoken, from the phrase cache or as the engine yields it.
 
         Returns (from the cache?, the last audio sent: the pause after it depends
         on how it ends), or None when the engine refused the text and `errors`
         is false (a streamed piece with nothing to say: logged and skipped); with
         `errors` true that raises RequestError. `lead` (silence) goes out just
-        before the first audio.
+        before the first audio. A `room` takes each piece as soon as it is made, described, and
+        schedules it itself (its card plays a sentence once it can flow).
+
+        The same request under way for another client is read, not synthesized again, and
+        needs no turn of its own.
         """
-        turn = await self.connections.synthesis_turn(self.host)
+        speed = room.speed if room is not None else None
+        joining = await self._blocking(self.speech.under_way, text, choice, speed)
+        turn = None if joining else await self.connections.synthesis_turn(self.host)
         try:
-            utterance = await self._blocking(self.speech.utterance, text, choice)
+            utterance = await self._blocking(self.speech.utterance, text, choice, speed)
         except BaseException:
-            turn.give_back()
+            if turn is not None:
+                turn.give_back()
             raise
         ahead = utterance.ahead
+        if turn is not None and utterance.shared_with:  # another began it meanwhile
+            turn.give_back()
+            turn = None
+        turn = turn or FreeTurn()
         turn.follow(ahead)
         index = samples = 0
         last = None
@@ -307,13 +352,16 @@ class Handler(Connection):
                     break
                 # Home Assistant plays the audio as it arrives, with no buffer of its own:
                 # a sentence goes out once it can flow to its end at the client's pace
-                if piece is None or (not utterance.cached and piece.starts_sentence and
+                if piece is None or (room is None and not utterance.cached and piece.starts_sentence and
                                      not ahead.can_flow(index, max(self.out.play_end, time.monotonic()))):
                     await asyncio.sleep(WAIT_SECONDS)
                     continue
                 if index == 0 and lead is not None and lead.size:
                     await self._send_audio(lead)
-                await self._send_audio(piece.audio)
+                if room is not None:
+                    await self._send_piece(piece)
+                else:
+                    await self._send_audio(piece.audio)
                 last = piece.audio
                 index, samples = index + 1, samples + piece.audio.size
                 turn.taken(samples)

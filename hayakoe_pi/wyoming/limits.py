@@ -229,3 +229,20 @@ class SynthesisTurn:
                 await asyncio.sleep(POLL_SECONDS)
         finally:
             self.give_back()
+
+
+class FreeTurn:
+    """A request reading a synthesis another request holds the turn for (speech/shared.py):
+    what it takes lets synthesis go on, and it waits for no turn."""
+
+    def follow(self, ahead) -> None:
+        self._ahead = ahead
+
+    def taken(self, samples: int) -> None:
+        self._ahead.played(samples)
+
+    def give_back(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
