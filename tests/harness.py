@@ -41,6 +41,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def listening(port: int, proc) -> bool:
+    """Something accepts connections on 127.0.0.1:`port`, or the process `proc` (Popen) has ended."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return proc.poll() is not None
+
+
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -2,7 +2,6 @@
 synthesized once, for rooms (the `hayakoe` extension: speed, pieces described) and for Home
 Assistant alike. The real daemon, its Wyoming socket, clients on loopback."""
 
-import socket
 import threading
 import time
 from types import SimpleNamespace
@@ -10,7 +9,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from harness import HEAVY_DECODER, AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, wait_for, write_config
+from harness import (HEAVY_DECODER, AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, listening, wait_for,
+                     write_config)
 from hayakoe_pi.remote.protocol import ROOM_PIECE, ROOM_REQUEST, EventSocket
 from hayakoe_pi.synthesis.decoding import Piece
 
@@ -30,15 +30,8 @@ def server(tmp_path_factory):
     # a decoder as heavy as a real one: a synthesis lasts long enough for every client to arrive during it
     daemon = DaemonProcess(config, sink.home, work / "daemon.log", env=HEAVY_DECODER)
 
-    def listening():
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return True
-        except OSError:
-            return daemon.proc.poll() is not None
-
     try:
-        wait_for(listening, 90, what="the Wyoming server to listen")
+        wait_for(lambda: listening(port, daemon.proc), 90, what="the Wyoming server to listen")
         assert daemon.proc.poll() is None, daemon.output()
         yield SimpleNamespace(work=work, daemon=daemon, port=port)
     finally:

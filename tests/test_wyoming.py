@@ -24,7 +24,7 @@ from wyoming.tts import (Synthesize, SynthesizeChunk, SynthesizeStart, Synthesiz
                          SynthesizeStopped, SynthesizeVoice)
 
 from conftest import FIXTURE_MODELS
-from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, wait_for, write_config
+from harness import AlsaSink, DaemonProcess, Mosquitto, Probe, free_port, listening, wait_for, write_config
 from hayakoe_pi.settings.config import Config, DeviceConfig, WyomingConfig, load_config, voice_styles
 from hayakoe_pi.sound.player import to_pcm16
 from hayakoe_pi.wyoming import SERVICE_TYPE, instance_name, read_event, ready_text, service_info
@@ -54,17 +54,10 @@ def wyoming_app(work):
     probe = Probe(broker.port, prefix)
     daemon = DaemonProcess(config, sink.home, work / "daemon.log")
 
-    def listening():
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return True
-        except OSError:
-            return daemon.proc.poll() is not None
-
     try:
         wait_for(lambda: probe.last("status") == b"online" or daemon.proc.poll() is not None, 90,
                  what="the daemon to come online")
-        wait_for(listening, 30, what="the Wyoming server to listen")
+        wait_for(lambda: listening(port, daemon.proc), 30, what="the Wyoming server to listen")
         assert daemon.proc.poll() is None, daemon.output()
         yield SimpleNamespace(work=work, broker=broker, sink=sink, probe=probe, daemon=daemon,
                               prefix=prefix, port=port)
